@@ -1,1 +1,16 @@
-//! x
+//! Wharf: a host that runs message handlers compiled to WebAssembly components.
+//!
+//! The host owns every queue, lease, retry and deployment concern; a handler is a component
+//! exporting `handle` from the `wharf:handler/handler` world (see `wit/handler.wit`).
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod dispatch;
+pub mod enqueue;
+pub mod host;
+pub mod queue;
+pub mod runtime;
+
+pub use config::Config;
+pub use host::{RunningHost, start};

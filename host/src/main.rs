@@ -1,1 +1,5 @@
-fn main() {}
+//! The `wharf` command.
+
+fn main() -> std::process::ExitCode {
+    wharf_host::cli::main()
+}

@@ -1,0 +1,88 @@
+//! The admin HTTP server: `/healthz` (liveness), `/readyz` (named health checks as JSON,
+//! 503 when any fails) and `/handlers` (the deployed handler versions).
+
+mod health;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+pub use health::{CheckReport, HealthCheck, HealthRegistry};
+
+use crate::runtime::HandlerRegistry;
+
+/// A deployed handler as `/handlers` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HandlerInfo {
+    /// Handler name.
+    pub name: String,
+    /// File it was loaded from.
+    pub file: String,
+    /// SHA-256 of the file, hex.
+    pub sha256: String,
+    /// File size in bytes.
+    pub size: u64,
+    /// When it was deployed, RFC 3339.
+    pub loaded_at: String,
+    /// Per-instance memory cap.
+    pub memory_limit: String,
+}
+
+#[derive(Clone)]
+struct AppState {
+    health: Arc<HealthRegistry>,
+    registry: Arc<HandlerRegistry>,
+}
+
+/// Bind `addr` and serve until `shutdown`. Returns the bound address (useful with port 0).
+pub async fn serve(
+    addr: SocketAddr,
+    health: Arc<HealthRegistry>,
+    registry: Arc<HandlerRegistry>,
+    shutdown: CancellationToken,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/handlers", get(handlers))
+        .with_state(AppState { health, registry });
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let server = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned());
+        if let Err(e) = server.await {
+            tracing::error!("admin server failed: {e}");
+        }
+    });
+    Ok((bound, task))
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let (healthy, checks) = state.health.report().await;
+    let status = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = serde_json::json!({ "status": if healthy { "healthy" } else { "unhealthy" }, "checks": checks });
+    (status, Json(body))
+}
+
+async fn handlers(State(state): State<AppState>) -> Json<Vec<HandlerInfo>> {
+    Json(state.registry.list().iter().map(|h| handler_info(h)).collect())
+}
+
+/// The `/handlers` view of one loaded handler.
+pub fn handler_info(h: &crate::runtime::LoadedHandler) -> HandlerInfo {
+    HandlerInfo {
+        name: h.name.to_string(),
+        file: h.path.display().to_string(),
+        sha256: h.hash.clone(),
+        size: h.size,
+        loaded_at: humantime::format_rfc3339_seconds(h.loaded_at).to_string(),
+        memory_limit: h.memory_limit.to_string(),
+    }
+}

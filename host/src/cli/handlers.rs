@@ -1,0 +1,48 @@
+//! `wharf handlers list`: asks the running host's admin API which versions are serving.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+
+use super::format::{print_json, table};
+use super::{Cli, load_config};
+use crate::admin::HandlerInfo;
+
+/// `wharf handlers …`.
+#[derive(Debug, Subcommand)]
+pub enum HandlersCommand {
+    /// List the deployed handlers: name, file, content hash, loaded at.
+    List,
+}
+
+/// Run a handlers subcommand.
+pub async fn run(cli: &Cli, cmd: &HandlersCommand) -> anyhow::Result<ExitCode> {
+    let HandlersCommand::List = cmd;
+    let config = load_config(&cli.config)?;
+    let url = format!("http://{}/handlers", config.host.admin_listen);
+    let body = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || -> Result<String, ureq::Error> { ureq::get(&url).call()?.body_mut().read_to_string() }
+    })
+    .await?
+    .with_context(|| format!("no Wharf host answers at {url} (is `wharf run` running with this config?)"))?;
+    let handlers: Vec<HandlerInfo> = serde_json::from_str(&body).with_context(|| format!("unexpected answer from {url}"))?;
+    if cli.json {
+        print_json(&handlers)?;
+    } else {
+        let mut t = table(&["name", "file", "sha256", "size", "loaded at", "memory"]);
+        for h in &handlers {
+            t.add_row(vec![
+                h.name.clone(),
+                h.file.clone(),
+                h.sha256[..16].to_string(),
+                bytesize::ByteSize::b(h.size).to_string(),
+                h.loaded_at.clone(),
+                h.memory_limit.clone(),
+            ]);
+        }
+        println!("{t}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,133 @@
+//! The `wharf` command line: `run`, `enqueue`, `messages list|show`, `handlers list`,
+//! `config check`. Human-readable tables by default, `--json` for scripts.
+
+mod format;
+mod handlers;
+mod messages;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+/// Run message handlers compiled to WebAssembly components.
+#[derive(Debug, Parser)]
+#[command(name = "wharf", version, about)]
+pub struct Cli {
+    /// The configuration file.
+    #[arg(short, long, global = true, env = "WHARF_CONFIG", default_value = "wharf.toml")]
+    pub config: PathBuf,
+    /// Print machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Log lines as JSON objects.
+    #[arg(long, global = true)]
+    pub log_json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the host: deploy handlers, process queues, serve the admin API.
+    Run,
+    /// Enqueue one message.
+    Enqueue(messages::EnqueueArgs),
+    /// Inspect messages.
+    #[command(subcommand)]
+    Messages(messages::MessagesCommand),
+    /// Inspect deployed handlers (asks the running host).
+    #[command(subcommand)]
+    Handlers(handlers::HandlersCommand),
+    /// Work with the configuration file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `wharf config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a configuration file without starting anything.
+    Check {
+        /// The file (default: the global `--config`).
+        file: Option<PathBuf>,
+    },
+}
+
+/// Entry point of the `wharf` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(cli: &Cli) {
+    let default = if matches!(cli.command, Command::Run) { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if cli.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Load the configuration or explain why not.
+pub fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
+    Config::load(path).map_err(anyhow::Error::new)
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Config(ConfigCommand::Check { file }) => {
+            let path = file.as_ref().unwrap_or(&cli.config);
+            match Config::load(path) {
+                Ok(config) => {
+                    for warning in run::deployment_warnings(&config) {
+                        println!("warning: {warning}");
+                    }
+                    println!("{}: ok ({} queues)", path.display(), config.queues.len());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+        Command::Run => {
+            let config = match Config::load(&cli.config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            run::run(config).await.context("wharf run")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Enqueue(args) => messages::enqueue(&cli, args).await,
+        Command::Messages(cmd) => messages::run(&cli, cmd).await,
+        Command::Handlers(cmd) => handlers::run(&cli, cmd).await,
+    }
+}

@@ -1,0 +1,306 @@
+//! Reading `wharf.toml`: TOML syntax, `${VAR}` interpolation, schema, path resolution and
+//! validation. Every error names the file, and the key where one is to blame.
+
+use std::path::{Path, PathBuf};
+
+use super::Config;
+use super::interpolate::interpolate;
+
+/// A configuration file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("{file}: invalid TOML: {reason}")]
+    Syntax {
+        /// The file.
+        file: PathBuf,
+        /// The parser's message, with line and column.
+        reason: String,
+    },
+    /// A key has a bad value, is unknown, or is missing.
+    #[error("{file}: `{key}`: {reason}")]
+    Key {
+        /// The file.
+        file: PathBuf,
+        /// Dotted path of the key, e.g. `queues.orders.timeout`.
+        key: String,
+        /// What is wrong and what was expected.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    fn key(file: &Path, key: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError::Key {
+            file: file.to_path_buf(),
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Load and validate a configuration file, reading variables from the environment.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(path, &text, &|name| std::env::var(name).ok())
+    }
+
+    /// Parse configuration text as if it came from `path` (paths resolve against its folder).
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            file: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        for (key, value) in table.iter_mut() {
+            interpolate_value(path, key, value, env)?;
+        }
+        let mut config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                let key = e.path().to_string();
+                let key = if key == "." { "(top level)".to_string() } else { key };
+                ConfigError::key(path, key, e.inner().to_string())
+            })?;
+        config.source = path.to_path_buf();
+        config.resolve_paths();
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The folder relative paths in this configuration are resolved against.
+    pub fn base_dir(&self) -> PathBuf {
+        match self.source.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    fn resolve_paths(&mut self) {
+        let base = self.base_dir();
+        let join = |p: &PathBuf| if p.is_absolute() { p.clone() } else { base.join(p) };
+        self.host.handlers_dir = join(&self.host.handlers_dir);
+        self.host.cache_dir = join(&self.host.cache_dir);
+        for handler in self.handlers.values_mut() {
+            for preopen in &mut handler.preopens {
+                preopen.host = join(&preopen.host);
+            }
+        }
+        if let Some(rest) = self.storage.url.strip_prefix("sqlite://")
+            && !rest.starts_with('/')
+            && !rest.starts_with(":memory:")
+        {
+            self.storage.url = format!("sqlite://{}", base.join(rest).display());
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let file = self.source.as_path();
+        let url = &self.storage.url;
+        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(ConfigError::key(
+                file,
+                "storage.url",
+                format!("`{url}` is not a `sqlite://PATH` or `postgres://…` URL"),
+            ));
+        }
+        if self.storage.max_connections == 0 {
+            return Err(ConfigError::key(file, "storage.max_connections", "must be at least 1"));
+        }
+        if self.host.max_instances == 0 {
+            return Err(ConfigError::key(file, "host.max_instances", "must be at least 1"));
+        }
+        if self.host.instance_memory > self.host.max_instance_memory {
+            return Err(ConfigError::key(
+                file,
+                "host.instance_memory",
+                format!("{} exceeds host.max_instance_memory ({})", self.host.instance_memory, self.host.max_instance_memory),
+            ));
+        }
+        for (name, handler) in &self.handlers {
+            check_name(file, &format!("handlers.{name}"), name)?;
+            if let Some(memory) = handler.memory
+                && memory > self.host.max_instance_memory
+            {
+                return Err(ConfigError::key(
+                    file,
+                    format!("handlers.{name}.memory"),
+                    format!("{memory} exceeds host.max_instance_memory ({})", self.host.max_instance_memory),
+                ));
+            }
+        }
+        for (name, queue) in &self.queues {
+            let key = |k: &str| format!("queues.{name}.{k}");
+            check_name(file, &format!("queues.{name}"), name)?;
+            check_name(file, &key("handler"), &queue.handler)?;
+            for (k, v) in [
+                ("concurrency", queue.concurrency),
+                ("max_attempts", queue.max_attempts),
+                ("batch", queue.batch),
+            ] {
+                if v == 0 {
+                    return Err(ConfigError::key(file, key(k), "must be at least 1"));
+                }
+            }
+            if queue.timeout.is_zero() {
+                return Err(ConfigError::key(file, key("timeout"), "must be longer than 0s"));
+            }
+            if queue.lease <= queue.timeout {
+                return Err(ConfigError::key(
+                    file,
+                    key("lease"),
+                    format!(
+                        "{} must be longer than the timeout ({}), or a running message's lease expires",
+                        humantime::format_duration(queue.lease),
+                        humantime::format_duration(queue.timeout)
+                    ),
+                ));
+            }
+            if queue.max_backoff < queue.backoff {
+                return Err(ConfigError::key(file, key("max_backoff"), "must not be shorter than backoff"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Queue and handler names: letters, digits, `_`, `-` and `.`; 1–200 characters.
+pub(crate) fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn check_name(file: &Path, key: &str, name: &str) -> Result<(), ConfigError> {
+    if is_valid_name(name) {
+        Ok(())
+    } else {
+        Err(ConfigError::key(
+            file,
+            key,
+            format!("`{name}` is not a valid name (1–200 of letters, digits, `_`, `-`, `.`)"),
+        ))
+    }
+}
+
+fn interpolate_value(
+    file: &Path,
+    key: &str,
+    value: &mut toml::Value,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), ConfigError> {
+    match value {
+        toml::Value::String(s) => {
+            *s = interpolate(s, env).map_err(|e| ConfigError::key(file, key, e.to_string()))?;
+        }
+        toml::Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                interpolate_value(file, &format!("{key}[{i}]"), item, env)?;
+            }
+        }
+        toml::Value::Table(table) => {
+            for (k, v) in table.iter_mut() {
+                interpolate_value(file, &format!("{key}.{k}"), v, env)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("/etc/wharf/wharf.toml"), text, &|n| {
+            (n == "DB").then(|| "postgres://db/test".to_string())
+        })
+    }
+
+    fn key_error(text: &str) -> (String, String) {
+        match parse(text).unwrap_err() {
+            ConfigError::Key { key, reason, file } => {
+                assert_eq!(file, Path::new("/etc/wharf/wharf.toml"));
+                (key, reason)
+            }
+            other => panic!("expected a key error, got {other}"),
+        }
+    }
+
+    #[test]
+    fn defaults_and_relative_paths() {
+        let c = parse("[queues.orders]\nhandler = \"order-export\"\n").unwrap();
+        assert_eq!(c.host.handlers_dir, Path::new("/etc/wharf/handlers"));
+        assert_eq!(c.storage.url, "sqlite:///etc/wharf/wharf.db");
+        let q = &c.queues["orders"];
+        assert_eq!((q.concurrency, q.max_attempts), (8, 5));
+        assert_eq!(q.timeout, std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn interpolates_environment() {
+        let c = parse("[storage]\nurl = \"${DB}\"\n[host]\nhandlers_dir = \"${HD:-/srv/h}\"\n").unwrap();
+        assert_eq!(c.storage.url, "postgres://db/test");
+        assert_eq!(c.host.handlers_dir, Path::new("/srv/h"));
+        let (key, reason) = key_error("[storage]\nurl = \"${MISSING}\"\n");
+        assert_eq!(key, "storage.url");
+        assert!(reason.contains("MISSING"), "{reason}");
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let (key, reason) = key_error("[queues.orders]\nhandler = \"h\"\nconcurency = 3\n");
+        assert_eq!(key, "queues.orders");
+        assert!(reason.contains("unknown field `concurency`"), "{reason}");
+        let (key, _) = key_error("[hots]\nx = 1\n");
+        assert_eq!(key, "(top level)");
+    }
+
+    #[test]
+    fn bad_duration_is_named() {
+        let (key, reason) = key_error("[queues.orders]\nhandler = \"h\"\ntimeout = \"30 parsecs\"\n");
+        assert_eq!(key, "queues.orders.timeout");
+        assert!(reason.contains("unknown time unit"), "{reason}");
+    }
+
+    #[test]
+    fn missing_handler_is_named() {
+        let (key, reason) = key_error("[queues.orders]\nconcurrency = 2\n");
+        assert_eq!(key, "queues.orders");
+        assert!(reason.contains("missing field `handler`"), "{reason}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let (key, _) = key_error("[queues.orders]\nhandler = \"h\"\nconcurrency = 0\n");
+        assert_eq!(key, "queues.orders.concurrency");
+        let (key, reason) = key_error("[queues.orders]\nhandler = \"h\"\nlease = \"5s\"\n");
+        assert_eq!(key, "queues.orders.lease");
+        assert!(reason.contains("longer than the timeout"), "{reason}");
+        let (key, _) = key_error("[queues.\"a b\"]\nhandler = \"h\"\n");
+        assert_eq!(key, "queues.a b");
+        let (key, _) = key_error("[storage]\nurl = \"mysql://x\"\n");
+        assert_eq!(key, "storage.url");
+    }
+
+    #[test]
+    fn syntax_error_names_the_file() {
+        let err = parse("[queues\n").unwrap_err().to_string();
+        assert!(err.starts_with("/etc/wharf/wharf.toml: invalid TOML"), "{err}");
+    }
+}

@@ -1,0 +1,228 @@
+//! The `wharf.toml` schema: every key, its default, and validation with errors that name
+//! the file, the key and the reason. Loading (interpolation, parsing) lives in [`load`].
+
+mod interpolate;
+mod load;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde::Deserialize;
+
+pub use load::ConfigError;
+pub(crate) use load::is_valid_name;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the file was loaded from (not a key; set by the loader).
+    #[serde(skip)]
+    pub source: PathBuf,
+    /// `[host]`: process-wide settings.
+    #[serde(default)]
+    pub host: HostConfig,
+    /// `[storage]`: the SQL queue.
+    #[serde(default)]
+    pub storage: StorageConfig,
+    /// `[handlers.NAME]`: per-handler grants and limits (optional).
+    #[serde(default)]
+    pub handlers: BTreeMap<String, HandlerConfig>,
+    /// `[queues.NAME]`: the queues and the handler bound to each.
+    #[serde(default)]
+    pub queues: BTreeMap<String, QueueConfig>,
+}
+
+/// `[host]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    /// Directory watched for `NAME.wasm` handler components (relative to the config file).
+    pub handlers_dir: PathBuf,
+    /// Directory for compiled-component cache files (relative to the config file).
+    pub cache_dir: PathBuf,
+    /// Address of the admin HTTP server (`/healthz`, `/readyz`, `/handlers`).
+    pub admin_listen: SocketAddr,
+    /// How long in-flight messages may run after SIGINT/SIGTERM before they are released.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Quiet period after the last change to a `.wasm` file before it is loaded.
+    #[serde(with = "humantime_serde")]
+    pub deploy_debounce: Duration,
+    /// Most handler instances alive at once across all queues (sizes the instance pool).
+    pub max_instances: u32,
+    /// Default linear-memory cap of one handler instance.
+    pub instance_memory: ByteSize,
+    /// The largest `memory` any handler may be granted (sizes the instance pool's slots).
+    pub max_instance_memory: ByteSize,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            handlers_dir: PathBuf::from("handlers"),
+            cache_dir: PathBuf::from(".wharf/cache"),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            shutdown_grace: Duration::from_secs(30),
+            deploy_debounce: Duration::from_millis(250),
+            max_instances: 256,
+            instance_memory: ByteSize::mib(64),
+            max_instance_memory: ByteSize::mib(512),
+        }
+    }
+}
+
+/// `[storage]`: where the SQL queue lives.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// `sqlite://PATH` (relative paths are relative to the config file) or `postgres://…`.
+    pub url: String,
+    /// How often an idle queue looks for due (scheduled, retried) messages.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Most connections the host keeps to the database.
+    pub max_connections: u32,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            url: "sqlite://wharf.db".to_string(),
+            poll_interval: Duration::from_millis(250),
+            max_connections: 8,
+        }
+    }
+}
+
+/// `[handlers.NAME]`: what the WASI sandbox of one handler may reach. Everything is denied
+/// unless granted here.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HandlerConfig {
+    /// Linear-memory cap of one instance (default: `[host] instance_memory`).
+    pub memory: Option<ByteSize>,
+    /// Environment variables visible to the handler, by value.
+    pub env: BTreeMap<String, String>,
+    /// Host environment variables passed through by name (missing ones are skipped).
+    pub inherit_env: Vec<String>,
+    /// Host directories mounted into the sandbox.
+    pub preopens: Vec<Preopen>,
+    /// Allow outgoing and incoming TCP/UDP and name lookups.
+    pub network: bool,
+    /// Let the handler write to the host's own stdout/stderr instead of the log.
+    pub inherit_stdio: bool,
+}
+
+/// A host directory mounted into a handler's sandbox.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preopen {
+    /// Directory on the host (relative to the config file).
+    pub host: PathBuf,
+    /// Path the handler sees.
+    pub guest: String,
+    /// Mount read-only (the default).
+    #[serde(default = "yes")]
+    pub read_only: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `[queues.NAME]`: one queue and the handler that processes it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Name of the handler component (`handlers_dir/NAME.wasm`).
+    pub handler: String,
+    /// Most messages of this queue processed at once.
+    #[serde(default = "QueueConfig::default_concurrency")]
+    pub concurrency: u32,
+    /// Attempts before a message is failed (the first delivery counts).
+    #[serde(default = "QueueConfig::default_max_attempts")]
+    pub max_attempts: u32,
+    /// How long a lease lasts; an expired lease makes the message available again.
+    #[serde(default = "QueueConfig::default_lease", with = "humantime_serde")]
+    pub lease: Duration,
+    /// Longest a single `handle` call may run before it is interrupted.
+    #[serde(default = "QueueConfig::default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// First retry delay; doubled on each later attempt, with jitter.
+    #[serde(default = "QueueConfig::default_backoff", with = "humantime_serde")]
+    pub backoff: Duration,
+    /// Longest retry delay.
+    #[serde(default = "QueueConfig::default_max_backoff", with = "humantime_serde")]
+    pub max_backoff: Duration,
+    /// Messages leased per round trip to the store.
+    #[serde(default = "QueueConfig::default_batch")]
+    pub batch: u32,
+}
+
+impl QueueConfig {
+    fn default_concurrency() -> u32 {
+        8
+    }
+    fn default_max_attempts() -> u32 {
+        5
+    }
+    fn default_lease() -> Duration {
+        Duration::from_secs(30)
+    }
+    fn default_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    fn default_backoff() -> Duration {
+        Duration::from_secs(1)
+    }
+    fn default_max_backoff() -> Duration {
+        Duration::from_secs(300)
+    }
+    fn default_batch() -> u32 {
+        32
+    }
+
+    /// A queue bound to `handler` with every other key at its default.
+    pub fn for_handler(handler: impl Into<String>) -> Self {
+        QueueConfig {
+            handler: handler.into(),
+            concurrency: Self::default_concurrency(),
+            max_attempts: Self::default_max_attempts(),
+            lease: Self::default_lease(),
+            timeout: Self::default_timeout(),
+            backoff: Self::default_backoff(),
+            max_backoff: Self::default_max_backoff(),
+            batch: Self::default_batch(),
+        }
+    }
+}
+
+impl Config {
+    /// A configuration with every default and no queues, as if loaded from `source`.
+    pub fn empty(source: PathBuf) -> Self {
+        Config {
+            source,
+            host: HostConfig::default(),
+            storage: StorageConfig::default(),
+            handlers: BTreeMap::new(),
+            queues: BTreeMap::new(),
+        }
+    }
+
+    /// The grants of a handler (defaults when it has no `[handlers.NAME]` table).
+    pub fn handler(&self, name: &str) -> HandlerConfig {
+        self.handlers.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The memory cap of one instance of the named handler.
+    pub fn handler_memory(&self, name: &str) -> ByteSize {
+        self.handlers
+            .get(name)
+            .and_then(|h| h.memory)
+            .unwrap_or(self.host.instance_memory)
+    }
+}

@@ -1,0 +1,188 @@
+//! The processing loop of one queue: lease in batches up to the queue's concurrency,
+//! invoke the handler on a fresh instance per message, decide the outcome, settle. A queue
+//! whose handler is not deployed leases nothing (its messages stay pending). On shutdown it
+//! stops leasing, lets in-flight messages finish within the grace period, and releases the
+//! rest so nothing stays stuck in processing.
+
+mod outcome;
+mod settle;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+pub use outcome::decide;
+pub use settle::Settler;
+
+use crate::config::QueueConfig;
+use crate::enqueue::Enqueuer;
+use crate::queue::{Backoff, Disposition, Lease, LeasedMessage, QueueStore, SettleResult, Settlement};
+use crate::runtime::{HandlerRegistry, LoadedHandler, Message, invoke};
+
+/// Everything one queue's loop needs.
+pub struct QueueWorker {
+    /// Queue name.
+    pub name: Arc<str>,
+    /// Its configuration.
+    pub config: QueueConfig,
+    /// Where its messages live.
+    pub store: Arc<dyn QueueStore>,
+    /// Where its handler comes from.
+    pub registry: Arc<HandlerRegistry>,
+    /// Batched settlement.
+    pub settler: Settler,
+    /// What guest `enqueue` calls go to.
+    pub enqueuer: Arc<dyn Enqueuer>,
+    /// Raised when a message is enqueued into this queue in this process.
+    pub wake: Arc<Notify>,
+    /// How often an idle queue looks for due messages.
+    pub poll_interval: Duration,
+}
+
+struct Shared {
+    worker: QueueWorker,
+    in_flight: Mutex<HashSet<Lease>>,
+}
+
+impl QueueWorker {
+    /// Run until `shutdown`, then drain within `grace`.
+    pub async fn run(self, shutdown: CancellationToken, grace: Duration) {
+        let concurrency = self.config.concurrency as usize;
+        let batch = (self.config.batch as usize).min(concurrency).max(1);
+        let shared = Arc::new(Shared { worker: self, in_flight: Mutex::new(HashSet::new()) });
+        let w = &shared.worker;
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let mut tasks = JoinSet::new();
+        let mut changes = w.registry.subscribe();
+        let mut waiting_logged = false;
+        let mut store_failing_since: Option<Instant> = None;
+        let sweep_every = (w.config.lease / 2).min(Duration::from_secs(5));
+        let mut next_sweep = Instant::now();
+
+        loop {
+            while tasks.try_join_next().is_some() {}
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let Some(handler) = w.registry.get(&w.config.handler) else {
+                if !waiting_logged {
+                    tracing::warn!(queue = %w.name, handler = %w.config.handler, "handler is not deployed: messages wait until it is");
+                    waiting_logged = true;
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = changes.changed() => continue,
+                }
+            };
+            waiting_logged = false;
+
+            let first = tokio::select! {
+                permit = slots.clone().acquire_owned() => permit.expect("semaphore never closed"),
+                _ = shutdown.cancelled() => break,
+            };
+            let mut permits = vec![first];
+            while permits.len() < batch {
+                match slots.clone().try_acquire_owned() {
+                    Ok(p) => permits.push(p),
+                    Err(_) => break,
+                }
+            }
+
+            if Instant::now() >= next_sweep {
+                next_sweep = Instant::now() + sweep_every;
+                match w.store.expire_leases(&w.name, w.config.max_attempts).await {
+                    Ok(0) | Err(_) => {}
+                    Ok(n) => tracing::warn!(queue = %w.name, count = n, "returned messages whose lease expired"),
+                }
+            }
+
+            let lease_ms = w.config.lease.as_millis() as i64;
+            let leased = match w.store.lease(&w.name, permits.len() as u32, lease_ms).await {
+                Ok(leased) => {
+                    if let Some(since) = store_failing_since.take() {
+                        tracing::info!(queue = %w.name, "queue storage is answering again after {:?}", since.elapsed());
+                    }
+                    leased
+                }
+                Err(e) => {
+                    if store_failing_since.is_none() {
+                        tracing::error!(queue = %w.name, "leasing failed, retrying every second: {e}");
+                        store_failing_since = Some(Instant::now());
+                    }
+                    drop(permits);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            };
+            let got = leased.len();
+            for (message, permit) in leased.into_iter().zip(permits.drain(..)) {
+                shared.in_flight.lock().expect("in-flight set").insert(message.lease);
+                tasks.spawn(process(shared.clone(), handler.clone(), message, permit));
+            }
+            drop(permits);
+            if got == 0 {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = w.wake.notified() => {}
+                    _ = tokio::time::sleep(w.poll_interval) => {}
+                }
+            }
+        }
+
+        let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+        let leftover: Vec<Lease> = shared.in_flight.lock().expect("in-flight set").drain().collect();
+        if !leftover.is_empty() {
+            let releases: Vec<Settlement> = leftover
+                .iter()
+                .map(|lease| Settlement { lease: *lease, disposition: Disposition::Release })
+                .collect();
+            match w.store.settle(&releases).await {
+                Ok(_) => tracing::warn!(queue = %w.name, count = releases.len(), "released messages still running after the shutdown grace period"),
+                Err(e) => tracing::error!(queue = %w.name, "could not release in-flight messages, their leases will expire: {e}"),
+            }
+        }
+    }
+}
+
+async fn process(shared: Arc<Shared>, handler: Arc<LoadedHandler>, leased: LeasedMessage, _permit: OwnedSemaphorePermit) {
+    let w = &shared.worker;
+    let lease = leased.lease;
+    let attempt = leased.attempt;
+    let message = Message {
+        queue: leased.queue,
+        id: leased.id,
+        delivery_id: leased.delivery_id,
+        payload: leased.payload,
+        priority: leased.priority,
+        attempt,
+        max_attempts: w.config.max_attempts,
+        enqueued_at_ms: leased.enqueued_at_ms.max(0) as u64,
+        headers: leased.headers,
+    };
+    let result = invoke(&handler, message, w.config.timeout, w.enqueuer.clone()).await;
+    let backoff = Backoff { base: w.config.backoff, max: w.config.max_backoff };
+    let disposition = decide(&result, attempt, w.config.max_attempts, backoff);
+    match &disposition {
+        Disposition::Complete => tracing::debug!(queue = %w.name, key = lease.key, attempt, "message processed"),
+        Disposition::Retry { error: Some(error), at_ms } => tracing::warn!(queue = %w.name, key = lease.key, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}"),
+        Disposition::Retry { error: None, at_ms } => tracing::debug!(queue = %w.name, key = lease.key, attempt, retry_at_ms = at_ms, "handler asked to run again later"),
+        Disposition::Fail { error } => tracing::error!(queue = %w.name, key = lease.key, attempt, "message failed: {error}"),
+        Disposition::Release => {}
+    }
+    match w.settler.settle(Settlement { lease, disposition }).await {
+        Ok(SettleResult::Applied) => {}
+        Ok(SettleResult::LeaseLost) => tracing::warn!(queue = %w.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied"),
+        Err(e) => tracing::error!(queue = %w.name, key = lease.key, "could not settle the message; its lease will expire and it will run again: {e}"),
+    }
+    shared.in_flight.lock().expect("in-flight set").remove(&lease);
+}

@@ -1,0 +1,130 @@
+//! Assembling a running host from a configuration: the store, the handler registry and its
+//! watcher, one processing loop per queue, the settlement task and the admin server — and
+//! taking them down in order on shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, HealthCheck, HealthRegistry};
+use crate::config::Config;
+use crate::dispatch::{QueueWorker, Settler};
+use crate::enqueue::QueueRouter;
+use crate::queue::{self, QueueStore};
+use crate::runtime::{HandlerRegistry, deploy};
+
+/// A started host. Dropping it does not stop it: call [`RunningHost::shutdown`].
+pub struct RunningHost {
+    /// The admin server's bound address.
+    pub admin_addr: SocketAddr,
+    /// The deployed handlers.
+    pub registry: Arc<HandlerRegistry>,
+    /// The queue store.
+    pub store: Arc<dyn QueueStore>,
+    /// The host's enqueue path.
+    pub router: Arc<QueueRouter>,
+    /// Named health checks.
+    pub health: Arc<HealthRegistry>,
+    shutdown: CancellationToken,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    background: Vec<tokio::task::JoinHandle<()>>,
+    settler_task: tokio::task::JoinHandle<()>,
+}
+
+struct StoreHealth(Arc<dyn QueueStore>);
+
+#[async_trait]
+impl HealthCheck for StoreHealth {
+    async fn check(&self) -> Result<String, String> {
+        self.0.ping().await.map(|_| "answering".to_string()).map_err(|e| e.to_string())
+    }
+}
+
+/// Start a host for `config`.
+pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
+    let config = Arc::new(config);
+    let store = queue::open(&config.storage.url, config.storage.max_connections)
+        .await
+        .with_context(|| format!("opening the queue storage at {}", config.storage.url))?;
+    let registry = Arc::new(
+        HandlerRegistry::new(config.clone())
+            .map_err(|e| anyhow::anyhow!("{e:#}"))
+            .context("creating the WebAssembly engine")?,
+    );
+    let dir = &config.host.handlers_dir;
+    let loaded = deploy::load_all(&registry, dir)
+        .await
+        .with_context(|| format!("reading the handlers directory {}", dir.display()))?;
+    tracing::info!(dir = %dir.display(), handlers = loaded, "initial handlers loaded");
+    for (queue, q) in &config.queues {
+        if registry.get(&q.handler).is_none() {
+            tracing::warn!(queue = %queue, "handler `{}` is not deployed yet (expected {})", q.handler, dir.join(format!("{}.wasm", q.handler)).display());
+        }
+    }
+
+    let shutdown = CancellationToken::new();
+    let mut background = Vec::new();
+    background.push(
+        deploy::watch(registry.clone(), dir.clone(), config.host.deploy_debounce, shutdown.clone())
+            .with_context(|| format!("watching the handlers directory {}", dir.display()))?,
+    );
+
+    let health = Arc::new(HealthRegistry::default());
+    health.register("sql_storage", Arc::new(StoreHealth(store.clone())));
+    let (admin_addr, admin_task) =
+        admin::serve(config.host.admin_listen, health.clone(), registry.clone(), shutdown.clone())
+            .await
+            .with_context(|| format!("binding the admin server to {} (host.admin_listen)", config.host.admin_listen))?;
+    background.push(admin_task);
+    tracing::info!(%admin_addr, "admin server listening");
+
+    let router = Arc::new(QueueRouter::new(store.clone(), &config));
+    let (settler, settler_task) = Settler::start(store.clone());
+    let mut workers = Vec::new();
+    for (name, queue_config) in &config.queues {
+        let worker = QueueWorker {
+            name: Arc::from(name.as_str()),
+            config: queue_config.clone(),
+            store: store.clone(),
+            registry: registry.clone(),
+            settler: settler.clone(),
+            enqueuer: router.clone(),
+            wake: router.wake_signal(name).expect("every configured queue has a wake signal"),
+            poll_interval: config.storage.poll_interval,
+        };
+        workers.push(tokio::spawn(worker.run(shutdown.clone(), config.host.shutdown_grace)));
+    }
+    drop(settler);
+    tracing::info!(queues = config.queues.len(), "host started");
+    Ok(RunningHost { admin_addr, registry, store, router, health, shutdown, workers, background, settler_task })
+}
+
+impl RunningHost {
+    /// A token that stops the host when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Stop leasing, let in-flight messages finish within the grace period, release the
+    /// rest, then stop the watcher and the admin server.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        self.wait().await;
+    }
+
+    /// Wait until the host has stopped (after its shutdown token was cancelled).
+    pub async fn wait(self) {
+        self.shutdown.cancelled().await;
+        for worker in self.workers {
+            let _ = worker.await;
+        }
+        let _ = self.settler_task.await;
+        for task in self.background {
+            let _ = task.await;
+        }
+        tracing::info!("host stopped");
+    }
+}

@@ -1,0 +1,165 @@
+//! The values that cross the [`QueueStore`](super::QueueStore) seam.
+
+use serde::Serialize;
+
+use super::Status;
+
+/// A message to enqueue.
+#[derive(Debug, Clone, Default)]
+pub struct NewMessage {
+    /// Identity: an existing message with this id in the queue is updated instead.
+    pub id: Option<String>,
+    /// The message JSON.
+    pub payload: String,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Earliest processing time (Unix ms); `None` means now.
+    pub process_at_ms: Option<i64>,
+    /// Producer metadata.
+    pub headers: Vec<(String, String)>,
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EnqueueStatus {
+    /// A new message was added.
+    Added,
+    /// An existing message with the same id was updated.
+    Updated,
+    /// An identical message with the same id exists in an idempotent queue.
+    Discarded,
+}
+
+/// The result of an enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Enqueued {
+    /// The stored message's key.
+    pub key: i64,
+    /// What happened.
+    pub status: EnqueueStatus,
+}
+
+/// The right to settle one leased message: its key and the fencing token of this lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The message key.
+    pub key: i64,
+    /// Fencing token; a later lease of the same message has a larger one.
+    pub token: i64,
+}
+
+/// A message handed to a processor.
+#[derive(Debug, Clone)]
+pub struct LeasedMessage {
+    /// The lease to settle it with.
+    pub lease: Lease,
+    /// Its queue.
+    pub queue: String,
+    /// Its identity, if any.
+    pub id: Option<String>,
+    /// New for every enqueue and update; the same for redeliveries.
+    pub delivery_id: String,
+    /// The message JSON.
+    pub payload: String,
+    /// Its priority.
+    pub priority: i32,
+    /// 1 on the first delivery.
+    pub attempt: u32,
+    /// When this version was enqueued (Unix ms).
+    pub enqueued_at_ms: i64,
+    /// Producer metadata.
+    pub headers: Vec<(String, String)>,
+}
+
+/// What to do with a leased message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Disposition {
+    /// Done: move to processed.
+    Complete,
+    /// Try again at `at_ms`, keeping `error` (if any) as the last error.
+    Retry {
+        /// When the next attempt may start (Unix ms).
+        at_ms: i64,
+        /// Why this attempt did not succeed.
+        error: Option<String>,
+    },
+    /// Give up: move to failed with this error.
+    Fail {
+        /// Why.
+        error: String,
+    },
+    /// Hand the message back untouched (shutdown): pending again, this attempt not counted.
+    Release,
+}
+
+/// One outcome to apply.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    /// Which lease.
+    pub lease: Lease,
+    /// What to do.
+    pub disposition: Disposition,
+}
+
+/// Whether a settlement was applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleResult {
+    /// Applied.
+    Applied,
+    /// The lease had expired and the message was leased again (or changed): not applied.
+    LeaseLost,
+}
+
+/// A message as stored, for inspection.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredMessage {
+    /// Unique key of the message in the store.
+    pub key: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its identity, if any.
+    pub id: Option<String>,
+    /// Delivery id of the current version.
+    pub delivery_id: String,
+    /// Current status.
+    #[serde(serialize_with = "status_name")]
+    pub status: Status,
+    /// The message JSON.
+    pub payload: String,
+    /// Producer metadata.
+    pub headers: Vec<(String, String)>,
+    /// Priority.
+    pub priority: i32,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// Earliest processing time (Unix ms).
+    pub process_at_ms: i64,
+    /// When the message was first enqueued (Unix ms).
+    pub created_at_ms: i64,
+    /// When the current version was enqueued (Unix ms).
+    pub enqueued_at_ms: i64,
+    /// Last change (Unix ms).
+    pub updated_at_ms: i64,
+    /// When it was processed (Unix ms).
+    pub processed_at_ms: Option<i64>,
+    /// When the current lease ends (Unix ms).
+    pub lease_expires_at_ms: Option<i64>,
+    /// The last error, kept through retries and in the failed status.
+    pub last_error: Option<String>,
+}
+
+fn status_name<S: serde::Serializer>(status: &Status, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(status.as_str())
+}
+
+/// Which messages to list.
+#[derive(Debug, Clone)]
+pub struct MessageFilter {
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this status.
+    pub status: Option<Status>,
+    /// At most this many.
+    pub limit: u32,
+}

@@ -1,0 +1,159 @@
+//! The generated bindings of the `handler` world and the per-instance host state that
+//! implements its imports (`host.enqueue`, `host.log`) and WASI.
+
+use std::sync::Arc;
+
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{ResourceLimiter, StoreLimits};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::enqueue::Enqueuer;
+use crate::queue::{EnqueueStatus as StoredStatus, NewMessage, now_ms};
+
+/// Code generated from `wit/handler.wit`; the WIT file documents every type.
+#[allow(missing_docs)]
+mod generated {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "handler",
+        imports: { default: async },
+        exports: { default: async },
+    });
+}
+
+pub use generated::*;
+
+pub use wharf::handler::types::{
+    EnqueueOptions, EnqueueStatus, Level,
+};
+
+/// Everything one handler instance can reach; lives in the instance's `Store`.
+pub struct HostState {
+    pub(crate) wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    /// Set by the epoch callback when the call ran past its timeout.
+    pub(crate) timed_out: bool,
+    pub(crate) handler: Arc<str>,
+    pub(crate) queue: Arc<str>,
+    pub(crate) enqueuer: Arc<dyn Enqueuer>,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Caps an instance's linear memory and remembers whether the cap was hit, so a guest that
+/// aborts after a failed allocation is reported as over its memory limit, not as a crash.
+pub struct MemoryLimiter {
+    inner: StoreLimits,
+    limit: usize,
+    pub(crate) exceeded: bool,
+}
+
+impl MemoryLimiter {
+    pub(crate) fn new(limit: usize) -> Self {
+        MemoryLimiter {
+            inner: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(limit)
+                .table_elements(1_000_000)
+                .instances(64)
+                .tables(64)
+                .memories(8)
+                .build(),
+            limit,
+            exceeded: false,
+        }
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = desired <= self.limit && maximum.is_none_or(|m| desired <= m);
+        if !allowed {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        self.inner.memory_growing(current, desired, maximum)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+/// Add WASI p2 and the `host` interface to a linker.
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    Handler::add_to_linker::<_, HasSelf<HostState>>(linker, |state| state)?;
+    Ok(())
+}
+
+impl wharf::handler::types::Host for HostState {}
+
+impl wharf::handler::host::Host for HostState {
+    async fn enqueue(
+        &mut self,
+        queue: String,
+        payload: String,
+        options: EnqueueOptions,
+    ) -> Result<EnqueueStatus, String> {
+        let message = NewMessage {
+            id: options.id,
+            payload,
+            priority: options.priority.unwrap_or(0),
+            process_at_ms: options.delay_ms.map(|d| now_ms() + d as i64),
+            headers: options.headers,
+        };
+        match self.enqueuer.enqueue(&queue, message).await {
+            Ok(done) => {
+                tracing::debug!(handler = %self.handler, from = %self.queue, to = %queue, key = done.key, "handler enqueued a message");
+                Ok(match done.status {
+                    StoredStatus::Added => EnqueueStatus::Added,
+                    StoredStatus::Updated => EnqueueStatus::Updated,
+                    StoredStatus::Discarded => EnqueueStatus::Discarded,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(handler = %self.handler, from = %self.queue, to = %queue, "handler enqueue failed: {e}");
+                Err(e.to_string())
+            }
+        }
+    }
+
+    async fn log(&mut self, level: Level, message: String) {
+        let (handler, queue) = (&*self.handler, &*self.queue);
+        match level {
+            Level::Trace => tracing::trace!(target: "wharf::guest", handler, queue, "{message}"),
+            Level::Debug => tracing::debug!(target: "wharf::guest", handler, queue, "{message}"),
+            Level::Info => tracing::info!(target: "wharf::guest", handler, queue, "{message}"),
+            Level::Warn => tracing::warn!(target: "wharf::guest", handler, queue, "{message}"),
+            Level::Error => tracing::error!(target: "wharf::guest", handler, queue, "{message}"),
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Compiled components cached on disk, keyed by the `.wasm` content hash and the engine's
+//! compatibility hash, so a restart does not recompile unchanged handlers.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// The on-disk cache of one engine.
+pub struct ComponentCache {
+    dir: PathBuf,
+    engine_key: String,
+}
+
+/// Where a component came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled now.
+    Compiled,
+    /// Read from the cache.
+    Cached,
+}
+
+impl ComponentCache {
+    /// A cache in `dir` for components of `engine`.
+    pub fn new(dir: &Path, engine: &Engine) -> Self {
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        ComponentCache {
+            dir: dir.to_path_buf(),
+            engine_key: format!("{:016x}", hasher.finish()),
+        }
+    }
+
+    fn path_for(&self, content_hash: &str) -> PathBuf {
+        self.dir.join(format!("{content_hash}-{}.cwasm", self.engine_key))
+    }
+
+    /// The component for `bytes` (whose SHA-256 is `content_hash`): from the cache when
+    /// present and readable, otherwise compiled and written to the cache.
+    pub fn load(
+        &self,
+        engine: &Engine,
+        content_hash: &str,
+        bytes: &[u8],
+    ) -> wasmtime::Result<(Component, Origin)> {
+        let path = self.path_for(content_hash);
+        if path.exists() {
+            // SAFETY: files in the cache directory are only written by `store` below, from
+            // components this engine compiled; the name pins content and engine settings.
+            match unsafe { Component::deserialize_file(engine, &path) } {
+                Ok(component) => return Ok((component, Origin::Cached)),
+                Err(e) => tracing::warn!(file = %path.display(), "ignoring unreadable compiled-component cache entry: {e}"),
+            }
+        }
+        let component = Component::new(engine, bytes)?;
+        if let Err(e) = self.store(&path, &component) {
+            tracing::warn!(dir = %self.dir.display(), "cannot write the compiled-component cache: {e}");
+        }
+        Ok((component, Origin::Compiled))
+    }
+
+    fn store(&self, path: &Path, component: &Component) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let bytes = component.serialize().map_err(|e| anyhow::anyhow!("{e}"))?;
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    }
+}

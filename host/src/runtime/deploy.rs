@@ -1,0 +1,107 @@
+//! Hot deploy: load every `NAME.wasm` in the handlers directory at start, then watch it.
+//! A changed file is compiled off the async threads after a quiet period (debounce) and
+//! swapped in; a file that fails is logged with its reason while the previous version keeps
+//! serving; a removed file stops new dispatch to that handler (its messages stay pending).
+//!
+//! Deploy atomically by writing elsewhere and renaming: `cp new.wasm handlers/.x.tmp &&
+//! mv handlers/.x.tmp handlers/NAME.wasm`. Only names ending in `.wasm` are loaded.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify_debouncer_mini::{DebounceEventResult, new_debouncer, notify::RecursiveMode};
+use tokio_util::sync::CancellationToken;
+
+use super::registry::{HandlerRegistry, LoadOutcome};
+
+/// Load every handler file in `dir` (creating `dir` if missing). Failures are logged.
+pub async fn load_all(registry: &Arc<HandlerRegistry>, dir: &Path) -> std::io::Result<usize> {
+    std::fs::create_dir_all(dir)?;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| HandlerRegistry::name_of(p).is_some())
+        .collect();
+    files.sort();
+    let mut loaded = 0;
+    for path in files {
+        if apply(registry, path).await {
+            loaded += 1;
+        }
+    }
+    Ok(loaded)
+}
+
+/// Watch `dir` until `shutdown`, deploying and removing handlers as files change.
+pub fn watch(
+    registry: Arc<HandlerRegistry>,
+    dir: PathBuf,
+    debounce: Duration,
+    shutdown: CancellationToken,
+) -> notify::Result<tokio::task::JoinHandle<()>> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<BTreeSet<PathBuf>>();
+    let mut debouncer = new_debouncer(debounce, move |result: DebounceEventResult| match result {
+        Ok(events) => {
+            let paths = events.into_iter().map(|e| e.path).collect();
+            let _ = tx.send(paths);
+        }
+        Err(e) => tracing::error!("watching the handlers directory failed: {e}"),
+    })?;
+    debouncer.watcher().watch(&dir, RecursiveMode::NonRecursive)?;
+    tracing::info!(dir = %dir.display(), "watching for handler deployments");
+    Ok(tokio::spawn(async move {
+        let _debouncer = debouncer;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                batch = rx.recv() => {
+                    let Some(paths) = batch else { break };
+                    for path in paths {
+                        if HandlerRegistry::name_of(&path).is_some() {
+                            apply(&registry, path).await;
+                        }
+                    }
+                }
+            }
+        }
+    }))
+}
+
+/// Bring one file's state into the registry: deploy it if present, remove it if gone.
+/// Returns whether a version of it is serving afterwards.
+async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
+    let Some(name) = HandlerRegistry::name_of(&path) else { return false };
+    if !path.exists() {
+        if registry.remove(&name) {
+            tracing::warn!(handler = %name, file = %path.display(), "handler file removed: no new messages are dispatched to it; its messages stay pending");
+        }
+        return false;
+    }
+    let reg = registry.clone();
+    let file = path.clone();
+    let outcome = tokio::task::spawn_blocking(move || reg.load_file(&file)).await;
+    match outcome {
+        Ok(Ok(LoadOutcome::Deployed { name, hash, cached, millis })) => {
+            tracing::info!(
+                handler = %name, file = %path.display(), sha256 = &hash[..16],
+                source = if cached { "cache" } else { "compiled" }, millis,
+                "handler deployed"
+            );
+            true
+        }
+        Ok(Ok(LoadOutcome::Unchanged { .. })) => true,
+        Ok(Err(e)) => {
+            let serving = registry.get(&name);
+            match &serving {
+                Some(old) => tracing::error!(handler = %name, "rejected handler file {e}; the previous version (sha256 {}) keeps serving", &old.hash[..16]),
+                None => tracing::error!(handler = %name, "rejected handler file {e}; no version of this handler is serving"),
+            }
+            serving.is_some()
+        }
+        Err(join) => {
+            tracing::error!(handler = %name, file = %path.display(), "loading the handler panicked: {join}");
+            registry.get(&name).is_some()
+        }
+    }
+}

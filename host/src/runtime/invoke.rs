@@ -1,0 +1,119 @@
+//! One delivery: a fresh instance from the handler's `InstancePre`, a `handle` call under the
+//! queue's timeout and the handler's memory cap, and a classified result. A trap, a timeout
+//! or a memory-cap hit is an [`InvokeError`]; it never escapes as a panic.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, UpdateDeadline};
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+
+use super::bindings::{HandlerError, HostState, MemoryLimiter, Message, Outcome};
+use super::output::{Channel, LogStream};
+use super::registry::LoadedHandler;
+use crate::enqueue::Enqueuer;
+
+/// Why a call did not return a handler result.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum InvokeError {
+    /// The guest trapped (panic, unreachable, out-of-bounds access, …).
+    #[error("handler trapped: {0}")]
+    Trap(String),
+    /// The call ran longer than the queue's timeout and was interrupted.
+    #[error("handler timed out after {}", humantime::format_duration(*.0))]
+    Timeout(Duration),
+    /// The guest tried to grow its memory past its cap (and then failed).
+    #[error("handler exceeded its memory limit of {0}")]
+    MemoryLimit(bytesize::ByteSize),
+    /// The instance could not be created (e.g. the instance pool is exhausted).
+    #[error("handler could not be instantiated: {0}")]
+    Instantiate(String),
+}
+
+/// What a call produced.
+pub type InvokeResult = Result<Result<Outcome, HandlerError>, InvokeError>;
+
+/// Call `handle` on a fresh instance of `handler`.
+pub async fn invoke(
+    handler: &LoadedHandler,
+    message: Message,
+    timeout: Duration,
+    enqueuer: Arc<dyn Enqueuer>,
+) -> InvokeResult {
+    let queue: Arc<str> = Arc::from(message.queue.as_str());
+    let wasi = build_wasi(handler).map_err(|e| InvokeError::Instantiate(e.to_string()))?;
+    let state = HostState {
+        wasi,
+        table: ResourceTable::new(),
+        limiter: MemoryLimiter::new(handler.memory_limit.as_u64() as usize),
+        timed_out: false,
+        handler: handler.name.clone(),
+        queue,
+        enqueuer,
+    };
+    let mut store = Store::new(handler.pre.engine(), state);
+    store.limiter(|s| &mut s.limiter);
+    let deadline = Instant::now() + timeout;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |mut ctx| {
+        if Instant::now() >= deadline {
+            ctx.data_mut().timed_out = true;
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            // Hand the thread back to other tasks every tick while the guest runs.
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+
+    let call = async {
+        let instance = handler.pre.instantiate_async(&mut store).await?;
+        instance.call_handle(&mut store, &message).await
+    };
+    // The epoch deadline interrupts guest code; this outer limit also bounds time spent in
+    // host calls (a slow enqueue) on behalf of the guest.
+    let result = tokio::time::timeout(timeout + Duration::from_millis(250), call).await;
+    let state = store.data();
+    match result {
+        Ok(Ok(outcome)) => Ok(outcome),
+        Err(_) => Err(InvokeError::Timeout(timeout)),
+        Ok(Err(_)) if state.timed_out => Err(InvokeError::Timeout(timeout)),
+        Ok(Err(_)) if state.limiter.exceeded => Err(InvokeError::MemoryLimit(handler.memory_limit)),
+        Ok(Err(error)) => Err(InvokeError::Trap(describe(&error))),
+    }
+}
+
+fn describe(error: &wasmtime::Error) -> String {
+    let mut text = error.to_string();
+    if let Some(trap) = error.downcast_ref::<wasmtime::Trap>() {
+        text = format!("{trap}");
+    }
+    let root = error.root_cause().to_string();
+    if !text.contains(&root) {
+        text = format!("{text}: {root}");
+    }
+    text
+}
+
+fn build_wasi(handler: &LoadedHandler) -> wasmtime::Result<WasiCtx> {
+    let grants = &handler.grants;
+    let mut builder = WasiCtxBuilder::new();
+    if grants.inherit_stdio {
+        builder.inherit_stdout().inherit_stderr();
+    } else {
+        builder
+            .stdout(LogStream::new(handler.name.clone(), Channel::Stdout))
+            .stderr(LogStream::new(handler.name.clone(), Channel::Stderr));
+    }
+    if !grants.env.is_empty() {
+        builder.envs(&grants.env);
+    }
+    for preopen in &grants.preopens {
+        let perms = if preopen.read_only { FsPerms::ReadOnly } else { FsPerms::ReadWrite };
+        builder.preopened_dir(&preopen.host, &preopen.guest, perms)?;
+    }
+    if grants.network {
+        builder.inherit_network().allow_ip_name_lookup(true);
+    }
+    Ok(builder.build())
+}

@@ -1,0 +1,15 @@
+//! The WebAssembly runtime: the engine and its limits, the handler registry with hot
+//! deploy and a compiled-component cache, the host imports, and one-call invocation.
+
+mod bindings;
+mod cache;
+pub mod deploy;
+mod engine;
+mod invoke;
+mod output;
+mod registry;
+
+pub use bindings::{EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome};
+pub use engine::EPOCH_TICK;
+pub use invoke::{InvokeError, InvokeResult, invoke};
+pub use registry::{DeployError, Grants, HandlerRegistry, LoadOutcome, LoadedHandler};

@@ -1,0 +1,227 @@
+//! The handler registry: the handlers currently deployed, each compiled once into an
+//! `InstancePre`, swapped atomically when a new version arrives. In-flight messages hold an
+//! `Arc` to the version that started them, so a swap never disturbs them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use bytesize::ByteSize;
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Linker;
+
+use super::bindings::{HandlerPre, HostState, add_to_linker};
+use super::cache::{ComponentCache, Origin};
+use super::engine::{EpochTicker, build_engine};
+use crate::config::{Config, Preopen, is_valid_name};
+
+/// Why a handler file was not deployed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file name does not give a valid handler name.
+    #[error("{path}: `{name}` is not a valid handler name (letters, digits, `_`, `-`, `.`)")]
+    BadName {
+        /// The file.
+        path: PathBuf,
+        /// The name taken from it.
+        name: String,
+    },
+    /// The file is not a WebAssembly component wasmtime can compile.
+    #[error("{path}: not a valid WebAssembly component: {reason}")]
+    Compile {
+        /// The file.
+        path: PathBuf,
+        /// The compiler's message.
+        reason: String,
+    },
+    /// The component does not fit the `wharf:handler/handler` world.
+    #[error("{path}: does not match the wharf:handler/handler world: {reason}")]
+    World {
+        /// The file.
+        path: PathBuf,
+        /// What is missing or mismatched.
+        reason: String,
+    },
+}
+
+/// What a handler may reach inside its sandbox (from `[handlers.NAME]`).
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    /// Environment variables.
+    pub env: Vec<(String, String)>,
+    /// Mounted directories.
+    pub preopens: Vec<Preopen>,
+    /// Network access.
+    pub network: bool,
+    /// The host's own stdout/stderr.
+    pub inherit_stdio: bool,
+}
+
+/// One deployed handler version.
+pub struct LoadedHandler {
+    /// Handler name (the file stem).
+    pub name: Arc<str>,
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// SHA-256 of the file, hex.
+    pub hash: String,
+    /// Size of the file in bytes.
+    pub size: u64,
+    /// When this version was deployed.
+    pub loaded_at: SystemTime,
+    /// Linear-memory cap of each instance.
+    pub memory_limit: ByteSize,
+    /// Sandbox grants.
+    pub grants: Grants,
+    pub(crate) pre: HandlerPre<HostState>,
+}
+
+/// What loading a file did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadOutcome {
+    /// A new version is now serving.
+    Deployed {
+        /// Handler name.
+        name: String,
+        /// Content hash.
+        hash: String,
+        /// Whether it came from the compiled cache.
+        cached: bool,
+        /// Milliseconds spent compiling or reading the cache.
+        millis: u128,
+    },
+    /// The file has the content already serving: nothing changed.
+    Unchanged {
+        /// Handler name.
+        name: String,
+    },
+}
+
+/// The set of deployed handlers.
+pub struct HandlerRegistry {
+    engine: Engine,
+    linker: Linker<HostState>,
+    config: Arc<Config>,
+    cache: ComponentCache,
+    handlers: ArcSwap<HashMap<String, Arc<LoadedHandler>>>,
+    changes: tokio::sync::watch::Sender<u64>,
+    _ticker: EpochTicker,
+}
+
+impl HandlerRegistry {
+    /// An empty registry with its own engine, sized and sandboxed per `config`.
+    pub fn new(config: Arc<Config>) -> wasmtime::Result<Self> {
+        let engine = build_engine(&config.host)?;
+        let mut linker = Linker::new(&engine);
+        add_to_linker(&mut linker)?;
+        let cache = ComponentCache::new(&config.host.cache_dir, &engine);
+        Ok(HandlerRegistry {
+            _ticker: EpochTicker::start(engine.clone()),
+            engine,
+            linker,
+            config,
+            cache,
+            handlers: ArcSwap::from_pointee(HashMap::new()),
+            changes: tokio::sync::watch::channel(0).0,
+        })
+    }
+
+    /// The serving version of a handler.
+    pub fn get(&self, name: &str) -> Option<Arc<LoadedHandler>> {
+        self.handlers.load().get(name).cloned()
+    }
+
+    /// Every serving handler, by name.
+    pub fn list(&self) -> Vec<Arc<LoadedHandler>> {
+        let mut all: Vec<_> = self.handlers.load().values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// A receiver that changes whenever a handler is deployed or removed.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// The handler name a file deploys, if it is a `.wasm` file.
+    pub fn name_of(path: &Path) -> Option<String> {
+        if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
+            return None;
+        }
+        path.file_stem().and_then(|s| s.to_str()).map(str::to_string)
+    }
+
+    /// Compile `path` and make it the serving version of its handler. Blocking (compiles):
+    /// run it off the async threads. On error the previous version keeps serving.
+    pub fn load_file(&self, path: &Path) -> Result<LoadOutcome, DeployError> {
+        let name = Self::name_of(path).unwrap_or_default();
+        if !is_valid_name(&name) {
+            return Err(DeployError::BadName { path: path.to_path_buf(), name });
+        }
+        let bytes = std::fs::read(path).map_err(|source| DeployError::Read { path: path.to_path_buf(), source })?;
+        let hash = hex::encode(Sha256::digest(&bytes));
+        if self.get(&name).is_some_and(|h| h.hash == hash) {
+            return Ok(LoadOutcome::Unchanged { name });
+        }
+        let started = Instant::now();
+        let (component, origin) = self
+            .cache
+            .load(&self.engine, &hash, &bytes)
+            .map_err(|e| DeployError::Compile { path: path.to_path_buf(), reason: format!("{e:#}") })?;
+        let world_error = |e: wasmtime::Error| DeployError::World { path: path.to_path_buf(), reason: format!("{e:#}") };
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(world_error)?;
+        let pre = HandlerPre::new(instance_pre).map_err(world_error)?;
+        let millis = started.elapsed().as_millis();
+
+        let settings = self.config.handler(&name);
+        let mut env: Vec<(String, String)> = settings.env.clone().into_iter().collect();
+        env.extend(settings.inherit_env.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))));
+        let loaded = Arc::new(LoadedHandler {
+            name: Arc::from(name.as_str()),
+            path: path.to_path_buf(),
+            hash: hash.clone(),
+            size: bytes.len() as u64,
+            loaded_at: SystemTime::now(),
+            memory_limit: self.config.handler_memory(&name),
+            grants: Grants {
+                env,
+                preopens: settings.preopens.clone(),
+                network: settings.network,
+                inherit_stdio: settings.inherit_stdio,
+            },
+            pre,
+        });
+        self.handlers.rcu(|current| {
+            let mut next = HashMap::clone(current);
+            next.insert(name.clone(), loaded.clone());
+            next
+        });
+        self.changes.send_modify(|n| *n += 1);
+        Ok(LoadOutcome::Deployed { name, hash, cached: origin == Origin::Cached, millis })
+    }
+
+    /// Stop serving a handler (its file was removed). Returns whether it was serving.
+    pub fn remove(&self, name: &str) -> bool {
+        let mut removed = false;
+        self.handlers.rcu(|current| {
+            let mut next = HashMap::clone(current);
+            removed = next.remove(name).is_some();
+            next
+        });
+        if removed {
+            self.changes.send_modify(|n| *n += 1);
+        }
+        removed
+    }
+}
