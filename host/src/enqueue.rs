@@ -51,7 +51,11 @@ pub struct QueueRouter {
 impl QueueRouter {
     /// A router for the queues of `config`, storing into `store`.
     pub fn new(store: Arc<dyn QueueStore>, config: &Config) -> Self {
-        let wake = config.queues.keys().map(|q| (q.clone(), Arc::new(Notify::new()))).collect();
+        let wake = config
+            .queues
+            .keys()
+            .map(|q| (q.clone(), Arc::new(Notify::new())))
+            .collect();
         QueueRouter { store, wake }
     }
 
@@ -76,7 +80,10 @@ impl Enqueuer for QueueRouter {
             });
         };
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&message.payload) {
-            return Err(EnqueueError::InvalidPayload { queue: queue.to_string(), reason: e.to_string() });
+            return Err(EnqueueError::InvalidPayload {
+                queue: queue.to_string(),
+                reason: e.to_string(),
+            });
         }
         let done = self.store.enqueue(queue, message).await?;
         wake.notify_one();

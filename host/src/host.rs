@@ -39,7 +39,11 @@ struct StoreHealth(Arc<dyn QueueStore>);
 #[async_trait]
 impl HealthCheck for StoreHealth {
     async fn check(&self) -> Result<String, String> {
-        self.0.ping().await.map(|_| "answering".to_string()).map_err(|e| e.to_string())
+        self.0
+            .ping()
+            .await
+            .map(|_| "answering".to_string())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -68,16 +72,30 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     let shutdown = CancellationToken::new();
     let mut background = Vec::new();
     background.push(
-        deploy::watch(registry.clone(), dir.clone(), config.host.deploy_debounce, shutdown.clone())
-            .with_context(|| format!("watching the handlers directory {}", dir.display()))?,
+        deploy::watch(
+            registry.clone(),
+            dir.clone(),
+            config.host.deploy_debounce,
+            shutdown.clone(),
+        )
+        .with_context(|| format!("watching the handlers directory {}", dir.display()))?,
     );
 
     let health = Arc::new(HealthRegistry::default());
     health.register("sql_storage", Arc::new(StoreHealth(store.clone())));
-    let (admin_addr, admin_task) =
-        admin::serve(config.host.admin_listen, health.clone(), registry.clone(), shutdown.clone())
-            .await
-            .with_context(|| format!("binding the admin server to {} (host.admin_listen)", config.host.admin_listen))?;
+    let (admin_addr, admin_task) = admin::serve(
+        config.host.admin_listen,
+        health.clone(),
+        registry.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "binding the admin server to {} (host.admin_listen)",
+            config.host.admin_listen
+        )
+    })?;
     background.push(admin_task);
     tracing::info!(%admin_addr, "admin server listening");
 
@@ -92,14 +110,28 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
             registry: registry.clone(),
             settler: settler.clone(),
             enqueuer: router.clone(),
-            wake: router.wake_signal(name).expect("every configured queue has a wake signal"),
+            wake: router
+                .wake_signal(name)
+                .expect("every configured queue has a wake signal"),
             poll_interval: config.storage.poll_interval,
         };
-        workers.push(tokio::spawn(worker.run(shutdown.clone(), config.host.shutdown_grace)));
+        workers.push(tokio::spawn(
+            worker.run(shutdown.clone(), config.host.shutdown_grace),
+        ));
     }
     drop(settler);
     tracing::info!(queues = config.queues.len(), "host started");
-    Ok(RunningHost { admin_addr, registry, store, router, health, shutdown, workers, background, settler_task })
+    Ok(RunningHost {
+        admin_addr,
+        registry,
+        store,
+        router,
+        health,
+        shutdown,
+        workers,
+        background,
+        settler_task,
+    })
 }
 
 impl RunningHost {

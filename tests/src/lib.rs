@@ -1,1 +1,172 @@
-//! x
+//! Test harness for Wharf's integration tests: a temporary host directory with a config
+//! file, handler fixtures deployed from the real guest builds, and polling helpers.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use wharf_host::queue::{MessageFilter, NewMessage, Status, StoredMessage};
+use wharf_host::{Config, RunningHost};
+
+/// The folder the guest components are built into (`cargo xtask guests`).
+pub fn guests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-handlers/target/wasm32-wasip2/release")
+}
+
+/// The built component of a sample or fixture crate (`flaky`, `order_export`, …).
+pub fn guest(crate_name: &str) -> PathBuf {
+    let path = guests_dir().join(format!("{}.wasm", crate_name.replace('-', "_")));
+    assert!(
+        path.exists(),
+        "{} is missing: build the guests first (`cargo xtask test` does, or `cargo xtask guests`)",
+        path.display()
+    );
+    path
+}
+
+/// Route the host's logs to the test output (once per process; `RUST_LOG` to adjust).
+pub fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,wharf::guest=warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// A host directory: `wharf.toml`, `handlers/`, the SQLite database, the cache.
+pub struct TestDir {
+    /// The temporary directory (removed on drop).
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    /// A new empty host directory with a `handlers/` folder.
+    pub fn new() -> Self {
+        init_logging();
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::create_dir_all(dir.path().join("handlers")).expect("handlers folder");
+        TestDir { dir }
+    }
+
+    /// Path of a file inside the directory.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Where handler `name` is deployed.
+    pub fn handler_path(&self, name: &str) -> PathBuf {
+        self.path(&format!("handlers/{name}.wasm"))
+    }
+
+    /// Deploy the built guest `crate_name` as handler `name`, atomically (copy + rename).
+    pub fn deploy(&self, name: &str, crate_name: &str) {
+        self.deploy_bytes(
+            name,
+            &std::fs::read(guest(crate_name)).expect("reading guest"),
+        );
+    }
+
+    /// Deploy raw bytes as handler `name`, atomically.
+    pub fn deploy_bytes(&self, name: &str, bytes: &[u8]) {
+        let tmp = self.path(&format!("handlers/.{name}.tmp"));
+        std::fs::write(&tmp, bytes).expect("writing handler");
+        std::fs::rename(&tmp, self.handler_path(name)).expect("renaming handler into place");
+    }
+
+    /// Write `wharf.toml`: test-friendly `[host]`/`[storage]` settings followed by `queues`
+    /// (TOML text with `[queues.NAME]` tables).
+    pub fn write_config(&self, queues: &str) -> PathBuf {
+        let text = format!(
+            "[host]\nadmin_listen = \"127.0.0.1:0\"\nmax_instances = 32\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\nurl = \"sqlite://wharf.db\"\npoll_interval = \"20ms\"\n\n{queues}"
+        );
+        let path = self.path("wharf.toml");
+        std::fs::write(&path, text).expect("writing config");
+        path
+    }
+
+    /// Write the config and start a host on it.
+    pub async fn start(&self, queues: &str) -> RunningHost {
+        let path = self.write_config(queues);
+        let config = Config::load(&path).unwrap_or_else(|e| panic!("test config is invalid: {e}"));
+        wharf_host::start(config).await.expect("host starts")
+    }
+}
+
+impl Default for TestDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A message with this JSON payload and no identity.
+pub fn msg(payload: serde_json::Value) -> NewMessage {
+    NewMessage {
+        payload: payload.to_string(),
+        ..NewMessage::default()
+    }
+}
+
+/// Poll `check` every 20 ms until it returns `Some`, or panic after `timeout` with `what`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// All messages of a queue (oldest first).
+pub async fn messages(host: &RunningHost, queue: &str) -> Vec<StoredMessage> {
+    let filter = MessageFilter {
+        queue: Some(queue.to_string()),
+        status: None,
+        limit: 1_000_000,
+    };
+    let mut all = host.store.list(&filter).await.expect("listing messages");
+    all.reverse();
+    all
+}
+
+/// Number of messages of `queue` in `status`.
+pub async fn count(host: &RunningHost, queue: &str, status: Status) -> u64 {
+    host.store
+        .counts(queue)
+        .await
+        .expect("counting messages")
+        .into_iter()
+        .find(|(s, _)| *s == status)
+        .map(|(_, n)| n)
+        .unwrap_or(0)
+}
+
+/// Wait until the message with `key` is in `status`; returns it.
+pub async fn wait_status(
+    host: &RunningHost,
+    key: i64,
+    status: Status,
+    timeout: Duration,
+) -> StoredMessage {
+    wait_for(
+        timeout,
+        &format!("message {key} to be {status}"),
+        || async {
+            host.store
+                .get(key)
+                .await
+                .expect("reading message")
+                .filter(|m| m.status == status)
+        },
+    )
+    .await
+}

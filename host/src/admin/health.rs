@@ -32,7 +32,10 @@ pub struct HealthRegistry {
 impl HealthRegistry {
     /// Add (or replace) a check under `name`.
     pub fn register(&self, name: impl Into<String>, check: Arc<dyn HealthCheck>) {
-        self.checks.write().expect("health registry").insert(name.into(), check);
+        self.checks
+            .write()
+            .expect("health registry")
+            .insert(name.into(), check);
     }
 
     /// Run every check; the first value is true when all passed.

@@ -66,13 +66,24 @@ pub async fn serve(
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let (healthy, checks) = state.health.report().await;
-    let status = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     let body = serde_json::json!({ "status": if healthy { "healthy" } else { "unhealthy" }, "checks": checks });
     (status, Json(body))
 }
 
 async fn handlers(State(state): State<AppState>) -> Json<Vec<HandlerInfo>> {
-    Json(state.registry.list().iter().map(|h| handler_info(h)).collect())
+    Json(
+        state
+            .registry
+            .list()
+            .iter()
+            .map(|h| handler_info(h))
+            .collect(),
+    )
 }
 
 /// The `/handlers` view of one loaded handler.

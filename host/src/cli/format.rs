@@ -7,13 +7,15 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 /// A table with the given header.
 pub fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(header.to_vec());
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(header.to_vec());
     t
 }
 
 /// Unix milliseconds as RFC 3339 (UTC, milliseconds).
 pub fn time(ms: i64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)).to_string()
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+        .to_string()
 }
 
 /// Shorten `text` to `max` characters for a table cell.

@@ -23,11 +23,16 @@ pub async fn run(cli: &Cli, cmd: &HandlersCommand) -> anyhow::Result<ExitCode> {
     let url = format!("http://{}/handlers", config.host.admin_listen);
     let body = tokio::task::spawn_blocking({
         let url = url.clone();
-        move || -> Result<String, ureq::Error> { ureq::get(&url).call()?.body_mut().read_to_string() }
+        move || -> Result<String, ureq::Error> {
+            ureq::get(&url).call()?.body_mut().read_to_string()
+        }
     })
     .await?
-    .with_context(|| format!("no Wharf host answers at {url} (is `wharf run` running with this config?)"))?;
-    let handlers: Vec<HandlerInfo> = serde_json::from_str(&body).with_context(|| format!("unexpected answer from {url}"))?;
+    .with_context(|| {
+        format!("no Wharf host answers at {url} (is `wharf run` running with this config?)")
+    })?;
+    let handlers: Vec<HandlerInfo> =
+        serde_json::from_str(&body).with_context(|| format!("unexpected answer from {url}"))?;
     if cli.json {
         print_json(&handlers)?;
     } else {

@@ -18,7 +18,8 @@ pub struct EnqueueArgs {
     /// Target queue.
     pub queue: String,
     /// The message JSON.
-    pub json: String,
+    #[arg(value_name = "JSON")]
+    pub payload: String,
     /// Message identity: an existing message with this id is updated instead.
     #[arg(long)]
     pub id: Option<String>,
@@ -75,7 +76,7 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
     let router = QueueRouter::new(store, &config);
     let message = NewMessage {
         id: args.id.clone(),
-        payload: args.json.clone(),
+        payload: args.payload.clone(),
         priority: args.priority,
         process_at_ms: args.delay.map(|d| now_ms() + d.as_millis() as i64),
         headers: args.headers.clone(),
@@ -98,7 +99,11 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
 pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
     let (_, store) = open_store(cli).await?;
     match cmd {
-        MessagesCommand::List { queue, status, limit } => {
+        MessagesCommand::List {
+            queue,
+            status,
+            limit,
+        } => {
             let filter = MessageFilter {
                 queue: queue.clone(),
                 status: status.as_deref().map(Status::parse),
@@ -108,7 +113,17 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
             if cli.json {
                 print_json(&messages)?;
             } else {
-                let mut t = table(&["key", "queue", "id", "status", "prio", "attempts", "process at", "payload", "last error"]);
+                let mut t = table(&[
+                    "key",
+                    "queue",
+                    "id",
+                    "status",
+                    "prio",
+                    "attempts",
+                    "process at",
+                    "payload",
+                    "last error",
+                ]);
                 for m in &messages {
                     t.add_row(vec![
                         m.key.to_string(),

@@ -19,7 +19,13 @@ use crate::config::Config;
 #[command(name = "wharf", version, about)]
 pub struct Cli {
     /// The configuration file.
-    #[arg(short, long, global = true, env = "WHARF_CONFIG", default_value = "wharf.toml")]
+    #[arg(
+        short,
+        long,
+        global = true,
+        env = "WHARF_CONFIG",
+        default_value = "wharf.toml"
+    )]
     pub config: PathBuf,
     /// Print machine-readable JSON instead of tables.
     #[arg(long, global = true)]
@@ -64,7 +70,10 @@ pub enum ConfigCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(&cli);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -81,10 +90,16 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging(cli: &Cli) {
-    let default = if matches!(cli.command, Command::Run) { "info" } else { "warn" };
+    let default = if matches!(cli.command, Command::Run) {
+        "info"
+    } else {
+        "warn"
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if cli.log_json {
         builder.json().init();
     } else {

@@ -24,7 +24,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let token = host.shutdown_token();
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutdown requested: finishing in-flight messages (send the signal again to exit now)");
+        tracing::info!(
+            "shutdown requested: finishing in-flight messages (send the signal again to exit now)"
+        );
         token.cancel();
         wait_for_signal().await;
         tracing::warn!("second signal: exiting now; leases of unfinished messages will expire");

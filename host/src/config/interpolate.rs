@@ -70,11 +70,17 @@ mod tests {
 
     #[test]
     fn expands_set_variables_and_defaults() {
-        assert_eq!(interpolate("pg://${HOST}/x", &env).unwrap(), "pg://db.local/x");
+        assert_eq!(
+            interpolate("pg://${HOST}/x", &env).unwrap(),
+            "pg://db.local/x"
+        );
         assert_eq!(interpolate("${NOPE:-fallback}", &env).unwrap(), "fallback");
         assert_eq!(interpolate("${EMPTY:-d}", &env).unwrap(), "d");
         assert_eq!(interpolate("${HOST:-d}", &env).unwrap(), "db.local");
-        assert_eq!(interpolate("cost $5 $${HOST}", &env).unwrap(), "cost $5 ${HOST}");
+        assert_eq!(
+            interpolate("cost $5 $${HOST}", &env).unwrap(),
+            "cost $5 ${HOST}"
+        );
     }
 
     #[test]

@@ -70,10 +70,14 @@ impl Config {
         for (key, value) in table.iter_mut() {
             interpolate_value(path, key, value, env)?;
         }
-        let mut config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
                 let key = e.path().to_string();
-                let key = if key == "." { "(top level)".to_string() } else { key };
+                let key = if key == "." {
+                    "(top level)".to_string()
+                } else {
+                    key
+                };
                 ConfigError::key(path, key, e.inner().to_string())
             })?;
         config.source = path.to_path_buf();
@@ -84,15 +88,22 @@ impl Config {
 
     /// The folder relative paths in this configuration are resolved against.
     pub fn base_dir(&self) -> PathBuf {
-        match self.source.parent() {
+        let dir = match self.source.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
-        }
+        };
+        std::fs::canonicalize(&dir).unwrap_or(dir)
     }
 
     fn resolve_paths(&mut self) {
         let base = self.base_dir();
-        let join = |p: &PathBuf| if p.is_absolute() { p.clone() } else { base.join(p) };
+        let join = |p: &PathBuf| {
+            if p.is_absolute() {
+                p.clone()
+            } else {
+                base.join(p)
+            }
+        };
         self.host.handlers_dir = join(&self.host.handlers_dir);
         self.host.cache_dir = join(&self.host.cache_dir);
         for handler in self.handlers.values_mut() {
@@ -111,7 +122,10 @@ impl Config {
     fn validate(&self) -> Result<(), ConfigError> {
         let file = self.source.as_path();
         let url = &self.storage.url;
-        if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        if !(url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
             return Err(ConfigError::key(
                 file,
                 "storage.url",
@@ -119,16 +133,27 @@ impl Config {
             ));
         }
         if self.storage.max_connections == 0 {
-            return Err(ConfigError::key(file, "storage.max_connections", "must be at least 1"));
+            return Err(ConfigError::key(
+                file,
+                "storage.max_connections",
+                "must be at least 1",
+            ));
         }
         if self.host.max_instances == 0 {
-            return Err(ConfigError::key(file, "host.max_instances", "must be at least 1"));
+            return Err(ConfigError::key(
+                file,
+                "host.max_instances",
+                "must be at least 1",
+            ));
         }
         if self.host.instance_memory > self.host.max_instance_memory {
             return Err(ConfigError::key(
                 file,
                 "host.instance_memory",
-                format!("{} exceeds host.max_instance_memory ({})", self.host.instance_memory, self.host.max_instance_memory),
+                format!(
+                    "{} exceeds host.max_instance_memory ({})",
+                    self.host.instance_memory, self.host.max_instance_memory
+                ),
             ));
         }
         for (name, handler) in &self.handlers {
@@ -139,7 +164,10 @@ impl Config {
                 return Err(ConfigError::key(
                     file,
                     format!("handlers.{name}.memory"),
-                    format!("{memory} exceeds host.max_instance_memory ({})", self.host.max_instance_memory),
+                    format!(
+                        "{memory} exceeds host.max_instance_memory ({})",
+                        self.host.max_instance_memory
+                    ),
                 ));
             }
         }
@@ -157,7 +185,11 @@ impl Config {
                 }
             }
             if queue.timeout.is_zero() {
-                return Err(ConfigError::key(file, key("timeout"), "must be longer than 0s"));
+                return Err(ConfigError::key(
+                    file,
+                    key("timeout"),
+                    "must be longer than 0s",
+                ));
             }
             if queue.lease <= queue.timeout {
                 return Err(ConfigError::key(
@@ -171,7 +203,11 @@ impl Config {
                 ));
             }
             if queue.max_backoff < queue.backoff {
-                return Err(ConfigError::key(file, key("max_backoff"), "must not be shorter than backoff"));
+                return Err(ConfigError::key(
+                    file,
+                    key("max_backoff"),
+                    "must not be shorter than backoff",
+                ));
             }
         }
         Ok(())
@@ -182,7 +218,9 @@ impl Config {
 pub(crate) fn is_valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 200
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 fn check_name(file: &Path, key: &str, name: &str) -> Result<(), ConfigError> {
@@ -254,7 +292,8 @@ mod tests {
 
     #[test]
     fn interpolates_environment() {
-        let c = parse("[storage]\nurl = \"${DB}\"\n[host]\nhandlers_dir = \"${HD:-/srv/h}\"\n").unwrap();
+        let c = parse("[storage]\nurl = \"${DB}\"\n[host]\nhandlers_dir = \"${HD:-/srv/h}\"\n")
+            .unwrap();
         assert_eq!(c.storage.url, "postgres://db/test");
         assert_eq!(c.host.handlers_dir, Path::new("/srv/h"));
         let (key, reason) = key_error("[storage]\nurl = \"${MISSING}\"\n");
@@ -265,15 +304,16 @@ mod tests {
     #[test]
     fn unknown_key_is_named() {
         let (key, reason) = key_error("[queues.orders]\nhandler = \"h\"\nconcurency = 3\n");
-        assert_eq!(key, "queues.orders");
+        assert_eq!(key, "queues.orders.concurency");
         assert!(reason.contains("unknown field `concurency`"), "{reason}");
         let (key, _) = key_error("[hots]\nx = 1\n");
-        assert_eq!(key, "(top level)");
+        assert_eq!(key, "hots");
     }
 
     #[test]
     fn bad_duration_is_named() {
-        let (key, reason) = key_error("[queues.orders]\nhandler = \"h\"\ntimeout = \"30 parsecs\"\n");
+        let (key, reason) =
+            key_error("[queues.orders]\nhandler = \"h\"\ntimeout = \"30 parsecs\"\n");
         assert_eq!(key, "queues.orders.timeout");
         assert!(reason.contains("unknown time unit"), "{reason}");
     }
@@ -301,6 +341,9 @@ mod tests {
     #[test]
     fn syntax_error_names_the_file() {
         let err = parse("[queues\n").unwrap_err().to_string();
-        assert!(err.starts_with("/etc/wharf/wharf.toml: invalid TOML"), "{err}");
+        assert!(
+            err.starts_with("/etc/wharf/wharf.toml: invalid TOML"),
+            "{err}"
+        );
     }
 }

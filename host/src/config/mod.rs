@@ -1,6 +1,7 @@
 //! The `wharf.toml` schema: every key, its default, and validation with errors that name
 //! the file, the key and the reason. Loading (interpolation, parsing) lives in [`load`].
 
+mod duration;
 mod interpolate;
 mod load;
 
@@ -47,10 +48,10 @@ pub struct HostConfig {
     /// Address of the admin HTTP server (`/healthz`, `/readyz`, `/handlers`).
     pub admin_listen: SocketAddr,
     /// How long in-flight messages may run after SIGINT/SIGTERM before they are released.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "duration::deserialize")]
     pub shutdown_grace: Duration,
     /// Quiet period after the last change to a `.wasm` file before it is loaded.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "duration::deserialize")]
     pub deploy_debounce: Duration,
     /// Most handler instances alive at once across all queues (sizes the instance pool).
     pub max_instances: u32,
@@ -82,7 +83,7 @@ pub struct StorageConfig {
     /// `sqlite://PATH` (relative paths are relative to the config file) or `postgres://…`.
     pub url: String,
     /// How often an idle queue looks for due (scheduled, retried) messages.
-    #[serde(with = "humantime_serde")]
+    #[serde(deserialize_with = "duration::deserialize")]
     pub poll_interval: Duration,
     /// Most connections the host keeps to the database.
     pub max_connections: u32,
@@ -147,16 +148,28 @@ pub struct QueueConfig {
     #[serde(default = "QueueConfig::default_max_attempts")]
     pub max_attempts: u32,
     /// How long a lease lasts; an expired lease makes the message available again.
-    #[serde(default = "QueueConfig::default_lease", with = "humantime_serde")]
+    #[serde(
+        default = "QueueConfig::default_lease",
+        deserialize_with = "duration::deserialize"
+    )]
     pub lease: Duration,
     /// Longest a single `handle` call may run before it is interrupted.
-    #[serde(default = "QueueConfig::default_timeout", with = "humantime_serde")]
+    #[serde(
+        default = "QueueConfig::default_timeout",
+        deserialize_with = "duration::deserialize"
+    )]
     pub timeout: Duration,
     /// First retry delay; doubled on each later attempt, with jitter.
-    #[serde(default = "QueueConfig::default_backoff", with = "humantime_serde")]
+    #[serde(
+        default = "QueueConfig::default_backoff",
+        deserialize_with = "duration::deserialize"
+    )]
     pub backoff: Duration,
     /// Longest retry delay.
-    #[serde(default = "QueueConfig::default_max_backoff", with = "humantime_serde")]
+    #[serde(
+        default = "QueueConfig::default_max_backoff",
+        deserialize_with = "duration::deserialize"
+    )]
     pub max_backoff: Duration,
     /// Messages leased per round trip to the store.
     #[serde(default = "QueueConfig::default_batch")]

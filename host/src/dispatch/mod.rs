@@ -20,7 +20,9 @@ pub use settle::Settler;
 
 use crate::config::QueueConfig;
 use crate::enqueue::Enqueuer;
-use crate::queue::{Backoff, Disposition, Lease, LeasedMessage, QueueStore, SettleResult, Settlement};
+use crate::queue::{
+    Backoff, Disposition, Lease, LeasedMessage, QueueStore, SettleResult, Settlement,
+};
 use crate::runtime::{HandlerRegistry, LoadedHandler, Message, invoke};
 
 /// Everything one queue's loop needs.
@@ -53,7 +55,10 @@ impl QueueWorker {
     pub async fn run(self, shutdown: CancellationToken, grace: Duration) {
         let concurrency = self.config.concurrency as usize;
         let batch = (self.config.batch as usize).min(concurrency).max(1);
-        let shared = Arc::new(Shared { worker: self, in_flight: Mutex::new(HashSet::new()) });
+        let shared = Arc::new(Shared {
+            worker: self,
+            in_flight: Mutex::new(HashSet::new()),
+        });
         let w = &shared.worker;
         let slots = Arc::new(Semaphore::new(concurrency));
         let mut tasks = JoinSet::new();
@@ -96,7 +101,9 @@ impl QueueWorker {
                 next_sweep = Instant::now() + sweep_every;
                 match w.store.expire_leases(&w.name, w.config.max_attempts).await {
                     Ok(0) | Err(_) => {}
-                    Ok(n) => tracing::warn!(queue = %w.name, count = n, "returned messages whose lease expired"),
+                    Ok(n) => {
+                        tracing::warn!(queue = %w.name, count = n, "returned messages whose lease expired")
+                    }
                 }
             }
 
@@ -122,7 +129,11 @@ impl QueueWorker {
             };
             let got = leased.len();
             for (message, permit) in leased.into_iter().zip(permits.drain(..)) {
-                shared.in_flight.lock().expect("in-flight set").insert(message.lease);
+                shared
+                    .in_flight
+                    .lock()
+                    .expect("in-flight set")
+                    .insert(message.lease);
                 tasks.spawn(process(shared.clone(), handler.clone(), message, permit));
             }
             drop(permits);
@@ -135,26 +146,44 @@ impl QueueWorker {
             }
         }
 
-        let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        let drained =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
         if drained.is_err() {
             tasks.abort_all();
             while tasks.join_next().await.is_some() {}
         }
-        let leftover: Vec<Lease> = shared.in_flight.lock().expect("in-flight set").drain().collect();
+        let leftover: Vec<Lease> = shared
+            .in_flight
+            .lock()
+            .expect("in-flight set")
+            .drain()
+            .collect();
         if !leftover.is_empty() {
             let releases: Vec<Settlement> = leftover
                 .iter()
-                .map(|lease| Settlement { lease: *lease, disposition: Disposition::Release })
+                .map(|lease| Settlement {
+                    lease: *lease,
+                    disposition: Disposition::Release,
+                })
                 .collect();
             match w.store.settle(&releases).await {
-                Ok(_) => tracing::warn!(queue = %w.name, count = releases.len(), "released messages still running after the shutdown grace period"),
-                Err(e) => tracing::error!(queue = %w.name, "could not release in-flight messages, their leases will expire: {e}"),
+                Ok(_) => {
+                    tracing::warn!(queue = %w.name, count = releases.len(), "released messages still running after the shutdown grace period")
+                }
+                Err(e) => {
+                    tracing::error!(queue = %w.name, "could not release in-flight messages, their leases will expire: {e}")
+                }
             }
         }
     }
 }
 
-async fn process(shared: Arc<Shared>, handler: Arc<LoadedHandler>, leased: LeasedMessage, _permit: OwnedSemaphorePermit) {
+async fn process(
+    shared: Arc<Shared>,
+    handler: Arc<LoadedHandler>,
+    leased: LeasedMessage,
+    _permit: OwnedSemaphorePermit,
+) {
     let w = &shared.worker;
     let lease = leased.lease;
     let attempt = leased.attempt;
@@ -170,19 +199,41 @@ async fn process(shared: Arc<Shared>, handler: Arc<LoadedHandler>, leased: Lease
         headers: leased.headers,
     };
     let result = invoke(&handler, message, w.config.timeout, w.enqueuer.clone()).await;
-    let backoff = Backoff { base: w.config.backoff, max: w.config.max_backoff };
+    let backoff = Backoff {
+        base: w.config.backoff,
+        max: w.config.max_backoff,
+    };
     let disposition = decide(&result, attempt, w.config.max_attempts, backoff);
     match &disposition {
-        Disposition::Complete => tracing::debug!(queue = %w.name, key = lease.key, attempt, "message processed"),
-        Disposition::Retry { error: Some(error), at_ms } => tracing::warn!(queue = %w.name, key = lease.key, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}"),
-        Disposition::Retry { error: None, at_ms } => tracing::debug!(queue = %w.name, key = lease.key, attempt, retry_at_ms = at_ms, "handler asked to run again later"),
-        Disposition::Fail { error } => tracing::error!(queue = %w.name, key = lease.key, attempt, "message failed: {error}"),
+        Disposition::Complete => {
+            tracing::debug!(queue = %w.name, key = lease.key, attempt, "message processed")
+        }
+        Disposition::Retry {
+            error: Some(error),
+            at_ms,
+        } => {
+            tracing::warn!(queue = %w.name, key = lease.key, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
+        }
+        Disposition::Retry { error: None, at_ms } => {
+            tracing::debug!(queue = %w.name, key = lease.key, attempt, retry_at_ms = at_ms, "handler asked to run again later")
+        }
+        Disposition::Fail { error } => {
+            tracing::error!(queue = %w.name, key = lease.key, attempt, "message failed: {error}")
+        }
         Disposition::Release => {}
     }
     match w.settler.settle(Settlement { lease, disposition }).await {
         Ok(SettleResult::Applied) => {}
-        Ok(SettleResult::LeaseLost) => tracing::warn!(queue = %w.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied"),
-        Err(e) => tracing::error!(queue = %w.name, key = lease.key, "could not settle the message; its lease will expire and it will run again: {e}"),
+        Ok(SettleResult::LeaseLost) => {
+            tracing::warn!(queue = %w.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied")
+        }
+        Err(e) => {
+            tracing::error!(queue = %w.name, key = lease.key, "could not settle the message; its lease will expire and it will run again: {e}")
+        }
     }
-    shared.in_flight.lock().expect("in-flight set").remove(&lease);
+    shared
+        .in_flight
+        .lock()
+        .expect("in-flight set")
+        .remove(&lease);
 }

@@ -5,24 +5,43 @@ use crate::queue::{Backoff, Disposition, now_ms};
 use crate::runtime::{HandlerError, InvokeResult, Outcome};
 
 /// The disposition of a message after attempt `attempt` of `max_attempts`.
-pub fn decide(result: &InvokeResult, attempt: u32, max_attempts: u32, backoff: Backoff) -> Disposition {
+pub fn decide(
+    result: &InvokeResult,
+    attempt: u32,
+    max_attempts: u32,
+    backoff: Backoff,
+) -> Disposition {
     let last = attempt >= max_attempts;
     let retry_or_fail = |error: String| {
         if last {
-            Disposition::Fail { error: format!("{error} (attempt {attempt} of {max_attempts}, no attempts left)") }
+            Disposition::Fail {
+                error: format!("{error} (attempt {attempt} of {max_attempts}, no attempts left)"),
+            }
         } else {
             let delay = backoff.delay(attempt);
-            Disposition::Retry { at_ms: now_ms() + delay.as_millis() as i64, error: Some(error) }
+            Disposition::Retry {
+                at_ms: now_ms() + delay.as_millis() as i64,
+                error: Some(error),
+            }
         }
     };
     match result {
         Ok(Ok(Outcome::Completed | Outcome::PendingHandoff)) => Disposition::Complete,
         Ok(Ok(Outcome::RetryAfter(ms))) if last => Disposition::Fail {
-            error: format!("handler asked to retry after {ms} ms on attempt {attempt} of {max_attempts}, no attempts left"),
+            error: format!(
+                "handler asked to retry after {ms} ms on attempt {attempt} of {max_attempts}, no attempts left"
+            ),
         },
-        Ok(Ok(Outcome::RetryAfter(ms))) => Disposition::Retry { at_ms: now_ms() + *ms as i64, error: None },
-        Ok(Err(HandlerError::Permanent(error))) => Disposition::Fail { error: format!("permanent error: {error}") },
-        Ok(Err(HandlerError::Transient(error))) => retry_or_fail(format!("transient error: {error}")),
+        Ok(Ok(Outcome::RetryAfter(ms))) => Disposition::Retry {
+            at_ms: now_ms() + *ms as i64,
+            error: None,
+        },
+        Ok(Err(HandlerError::Permanent(error))) => Disposition::Fail {
+            error: format!("permanent error: {error}"),
+        },
+        Ok(Err(HandlerError::Transient(error))) => {
+            retry_or_fail(format!("transient error: {error}"))
+        }
         Err(invoke_error) => retry_or_fail(invoke_error.to_string()),
     }
 }
@@ -34,18 +53,32 @@ mod tests {
     use super::*;
     use crate::runtime::InvokeError;
 
-    const B: Backoff = Backoff { base: Duration::from_millis(100), max: Duration::from_secs(1) };
+    const B: Backoff = Backoff {
+        base: Duration::from_millis(100),
+        max: Duration::from_secs(1),
+    };
 
     #[test]
     fn success_and_handoff_complete() {
-        assert_eq!(decide(&Ok(Ok(Outcome::Completed)), 1, 3, B), Disposition::Complete);
-        assert_eq!(decide(&Ok(Ok(Outcome::PendingHandoff)), 3, 3, B), Disposition::Complete);
+        assert_eq!(
+            decide(&Ok(Ok(Outcome::Completed)), 1, 3, B),
+            Disposition::Complete
+        );
+        assert_eq!(
+            decide(&Ok(Ok(Outcome::PendingHandoff)), 3, 3, B),
+            Disposition::Complete
+        );
     }
 
     #[test]
     fn permanent_fails_at_once() {
         let d = decide(&Ok(Err(HandlerError::Permanent("bad sku".into()))), 1, 5, B);
-        assert_eq!(d, Disposition::Fail { error: "permanent error: bad sku".into() });
+        assert_eq!(
+            d,
+            Disposition::Fail {
+                error: "permanent error: bad sku".into()
+            }
+        );
     }
 
     #[test]
@@ -59,7 +92,10 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match decide(&Err(InvokeError::Trap("unreachable".into())), 3, 3, B) {
-            Disposition::Fail { error } => assert!(error.contains("trapped: unreachable") && error.contains("no attempts left"), "{error}"),
+            Disposition::Fail { error } => assert!(
+                error.contains("trapped: unreachable") && error.contains("no attempts left"),
+                "{error}"
+            ),
             other => panic!("{other:?}"),
         }
     }
@@ -71,6 +107,9 @@ mod tests {
             Disposition::Retry { at_ms, error: None } => assert!(at_ms >= before + 5000),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(decide(&Ok(Ok(Outcome::RetryAfter(1))), 3, 3, B), Disposition::Fail { .. }));
+        assert!(matches!(
+            decide(&Ok(Ok(Outcome::RetryAfter(1))), 3, 3, B),
+            Disposition::Fail { .. }
+        ));
     }
 }

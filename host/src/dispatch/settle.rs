@@ -51,6 +51,7 @@ impl Settler {
             .send((settlement, reply))
             .await
             .map_err(|_| "the settlement task has stopped".to_string())?;
-        rx.await.map_err(|_| "the settlement task has stopped".to_string())?
+        rx.await
+            .map_err(|_| "the settlement task has stopped".to_string())?
     }
 }

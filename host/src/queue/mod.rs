@@ -84,6 +84,11 @@ pub trait QueueStore: Send + Sync + 'static {
 }
 
 /// Open the store a storage URL names, creating and migrating its schema.
-pub async fn open(url: &str, max_connections: u32) -> Result<std::sync::Arc<dyn QueueStore>, QueueError> {
-    Ok(std::sync::Arc::new(SqliteStore::open(url, max_connections).await?))
+pub async fn open(
+    url: &str,
+    max_connections: u32,
+) -> Result<std::sync::Arc<dyn QueueStore>, QueueError> {
+    Ok(std::sync::Arc::new(
+        SqliteStore::open(url, max_connections).await?,
+    ))
 }

@@ -5,7 +5,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{Row, SqlitePool};
 
 use super::{
@@ -48,7 +50,10 @@ fn encode_headers(headers: &[(String, String)]) -> String {
 }
 
 fn decode_headers(text: &str) -> Result<Vec<(String, String)>, QueueError> {
-    serde_json::from_str(text).map_err(|e| QueueError::Corrupt { what: "headers", reason: e.to_string() })
+    serde_json::from_str(text).map_err(|e| QueueError::Corrupt {
+        what: "headers",
+        reason: e.to_string(),
+    })
 }
 
 fn stored(row: &SqliteRow) -> Result<StoredMessage, QueueError> {
@@ -128,7 +133,11 @@ impl QueueStore for SqliteStore {
     async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, QueueError> {
         let now = now_ms();
         let at = message.process_at_ms.unwrap_or(now);
-        let status = if at > now { Status::Sleeping } else { Status::Pending };
+        let status = if at > now {
+            Status::Sleeping
+        } else {
+            Status::Pending
+        };
         let row = sqlx::query(UPSERT)
             .bind(queue)
             .bind(&message.id)
@@ -144,11 +153,20 @@ impl QueueStore for SqliteStore {
         let version: i64 = row.try_get("version")?;
         Ok(Enqueued {
             key: row.try_get("key")?,
-            status: if version == 1 { EnqueueStatus::Added } else { EnqueueStatus::Updated },
+            status: if version == 1 {
+                EnqueueStatus::Added
+            } else {
+                EnqueueStatus::Updated
+            },
         })
     }
 
-    async fn lease(&self, queue: &str, max: u32, lease_ms: i64) -> Result<Vec<LeasedMessage>, QueueError> {
+    async fn lease(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
         let now = now_ms();
         let rows = sqlx::query(LEASE)
             .bind(now + lease_ms)
@@ -166,7 +184,10 @@ impl QueueStore for SqliteStore {
                 row.try_get::<i64, _>("key")?,
             ));
             leased.push(LeasedMessage {
-                lease: Lease { key: row.try_get("key")?, token: row.try_get("lease_token")? },
+                lease: Lease {
+                    key: row.try_get("key")?,
+                    token: row.try_get("lease_token")?,
+                },
                 queue: row.try_get("queue")?,
                 id: row.try_get("message_id")?,
                 delivery_id: row.try_get("delivery_id")?,
@@ -197,9 +218,11 @@ impl QueueStore for SqliteStore {
                     .bind(error.clone())
                     .bind(key)
                     .bind(token),
-                Disposition::Fail { error } => {
-                    sqlx::query(FAIL).bind(now).bind(error.clone()).bind(key).bind(token)
-                }
+                Disposition::Fail { error } => sqlx::query(FAIL)
+                    .bind(now)
+                    .bind(error.clone())
+                    .bind(key)
+                    .bind(token),
                 Disposition::Release => sqlx::query(RELEASE).bind(now).bind(key).bind(token),
             };
             let done = query.execute(&mut *tx).await?;
@@ -246,12 +269,19 @@ impl QueueStore for SqliteStore {
     }
 
     async fn counts(&self, queue: &str) -> Result<Vec<(Status, u64)>, QueueError> {
-        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM messages WHERE queue = ?1 GROUP BY status")
-            .bind(queue)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT status, COUNT(*) AS n FROM messages WHERE queue = ?1 GROUP BY status",
+        )
+        .bind(queue)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
-            .map(|r| Ok((Status::parse(r.try_get::<&str, _>("status")?), r.try_get::<i64, _>("n")? as u64)))
+            .map(|r| {
+                Ok((
+                    Status::parse(r.try_get::<&str, _>("status")?),
+                    r.try_get::<i64, _>("n")? as u64,
+                ))
+            })
             .collect()
     }
 

@@ -23,9 +23,7 @@ mod generated {
 
 pub use generated::*;
 
-pub use wharf::handler::types::{
-    EnqueueOptions, EnqueueStatus, Level,
-};
+pub use wharf::handler::types::{EnqueueOptions, EnqueueStatus, Level};
 
 /// Everything one handler instance can reach; lives in the instance's `Store`.
 pub struct HostState {

@@ -34,7 +34,8 @@ impl ComponentCache {
     }
 
     fn path_for(&self, content_hash: &str) -> PathBuf {
-        self.dir.join(format!("{content_hash}-{}.cwasm", self.engine_key))
+        self.dir
+            .join(format!("{content_hash}-{}.cwasm", self.engine_key))
     }
 
     /// The component for `bytes` (whose SHA-256 is `content_hash`): from the cache when
@@ -51,7 +52,9 @@ impl ComponentCache {
             // components this engine compiled; the name pins content and engine settings.
             match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(component) => return Ok((component, Origin::Cached)),
-                Err(e) => tracing::warn!(file = %path.display(), "ignoring unreadable compiled-component cache entry: {e}"),
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "ignoring unreadable compiled-component cache entry: {e}")
+                }
             }
         }
         let component = Component::new(engine, bytes)?;

@@ -48,7 +48,9 @@ pub fn watch(
         }
         Err(e) => tracing::error!("watching the handlers directory failed: {e}"),
     })?;
-    debouncer.watcher().watch(&dir, RecursiveMode::NonRecursive)?;
+    debouncer
+        .watcher()
+        .watch(&dir, RecursiveMode::NonRecursive)?;
     tracing::info!(dir = %dir.display(), "watching for handler deployments");
     Ok(tokio::spawn(async move {
         let _debouncer = debouncer;
@@ -71,7 +73,9 @@ pub fn watch(
 /// Bring one file's state into the registry: deploy it if present, remove it if gone.
 /// Returns whether a version of it is serving afterwards.
 async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
-    let Some(name) = HandlerRegistry::name_of(&path) else { return false };
+    let Some(name) = HandlerRegistry::name_of(&path) else {
+        return false;
+    };
     if !path.exists() {
         if registry.remove(&name) {
             tracing::warn!(handler = %name, file = %path.display(), "handler file removed: no new messages are dispatched to it; its messages stay pending");
@@ -82,7 +86,12 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
     let file = path.clone();
     let outcome = tokio::task::spawn_blocking(move || reg.load_file(&file)).await;
     match outcome {
-        Ok(Ok(LoadOutcome::Deployed { name, hash, cached, millis })) => {
+        Ok(Ok(LoadOutcome::Deployed {
+            name,
+            hash,
+            cached,
+            millis,
+        })) => {
             tracing::info!(
                 handler = %name, file = %path.display(), sha256 = &hash[..16],
                 source = if cached { "cache" } else { "compiled" }, millis,
@@ -94,8 +103,12 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
         Ok(Err(e)) => {
             let serving = registry.get(&name);
             match &serving {
-                Some(old) => tracing::error!(handler = %name, "rejected handler file {e}; the previous version (sha256 {}) keeps serving", &old.hash[..16]),
-                None => tracing::error!(handler = %name, "rejected handler file {e}; no version of this handler is serving"),
+                Some(old) => {
+                    tracing::error!(handler = %name, "rejected handler file {e}; the previous version (sha256 {}) keeps serving", &old.hash[..16])
+                }
+                None => {
+                    tracing::error!(handler = %name, "rejected handler file {e}; no version of this handler is serving")
+                }
             }
             serving.is_some()
         }

@@ -55,7 +55,10 @@ impl EpochTicker {
                 }
             })
             .expect("spawning the epoch thread");
-        EpochTicker { stop, thread: Some(thread) }
+        EpochTicker {
+            stop,
+            thread: Some(thread),
+        }
     }
 }
 

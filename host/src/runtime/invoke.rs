@@ -109,7 +109,11 @@ fn build_wasi(handler: &LoadedHandler) -> wasmtime::Result<WasiCtx> {
         builder.envs(&grants.env);
     }
     for preopen in &grants.preopens {
-        let perms = if preopen.read_only { FsPerms::ReadOnly } else { FsPerms::ReadWrite };
+        let perms = if preopen.read_only {
+            FsPerms::ReadOnly
+        } else {
+            FsPerms::ReadWrite
+        };
         builder.preopened_dir(&preopen.host, &preopen.guest, perms)?;
     }
     if grants.network {

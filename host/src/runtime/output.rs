@@ -41,11 +41,17 @@ impl IsTerminal for LogStream {
 
 impl StdoutStream for LogStream {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(LineWriter { stream: self.clone(), buf: Vec::new() })
+        Box::new(LineWriter {
+            stream: self.clone(),
+            buf: Vec::new(),
+        })
     }
 
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(LineWriter { stream: self.clone(), buf: Vec::new() })
+        Box::new(LineWriter {
+            stream: self.clone(),
+            buf: Vec::new(),
+        })
     }
 }
 
@@ -60,8 +66,12 @@ impl LineWriter {
         let text = text.trim_end_matches('\r');
         let handler = &*self.stream.handler;
         match self.stream.channel {
-            Channel::Stdout => tracing::info!(target: "wharf::guest", handler, stream = "stdout", "{text}"),
-            Channel::Stderr => tracing::warn!(target: "wharf::guest", handler, stream = "stderr", "{text}"),
+            Channel::Stdout => {
+                tracing::info!(target: "wharf::guest", handler, stream = "stdout", "{text}")
+            }
+            Channel::Stderr => {
+                tracing::warn!(target: "wharf::guest", handler, stream = "stderr", "{text}")
+            }
         }
     }
 

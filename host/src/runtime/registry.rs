@@ -159,7 +159,9 @@ impl HandlerRegistry {
         if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
             return None;
         }
-        path.file_stem().and_then(|s| s.to_str()).map(str::to_string)
+        path.file_stem()
+            .and_then(|s| s.to_str())
+            .map(str::to_string)
     }
 
     /// Compile `path` and make it the serving version of its handler. Blocking (compiles):
@@ -167,26 +169,46 @@ impl HandlerRegistry {
     pub fn load_file(&self, path: &Path) -> Result<LoadOutcome, DeployError> {
         let name = Self::name_of(path).unwrap_or_default();
         if !is_valid_name(&name) {
-            return Err(DeployError::BadName { path: path.to_path_buf(), name });
+            return Err(DeployError::BadName {
+                path: path.to_path_buf(),
+                name,
+            });
         }
-        let bytes = std::fs::read(path).map_err(|source| DeployError::Read { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| DeployError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let hash = hex::encode(Sha256::digest(&bytes));
         if self.get(&name).is_some_and(|h| h.hash == hash) {
             return Ok(LoadOutcome::Unchanged { name });
         }
         let started = Instant::now();
-        let (component, origin) = self
-            .cache
-            .load(&self.engine, &hash, &bytes)
-            .map_err(|e| DeployError::Compile { path: path.to_path_buf(), reason: format!("{e:#}") })?;
-        let world_error = |e: wasmtime::Error| DeployError::World { path: path.to_path_buf(), reason: format!("{e:#}") };
-        let instance_pre = self.linker.instantiate_pre(&component).map_err(world_error)?;
+        let (component, origin) =
+            self.cache
+                .load(&self.engine, &hash, &bytes)
+                .map_err(|e| DeployError::Compile {
+                    path: path.to_path_buf(),
+                    reason: format!("{e:#}"),
+                })?;
+        let world_error = |e: wasmtime::Error| DeployError::World {
+            path: path.to_path_buf(),
+            reason: format!("{e:#}"),
+        };
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(world_error)?;
         let pre = HandlerPre::new(instance_pre).map_err(world_error)?;
         let millis = started.elapsed().as_millis();
 
         let settings = self.config.handler(&name);
         let mut env: Vec<(String, String)> = settings.env.clone().into_iter().collect();
-        env.extend(settings.inherit_env.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))));
+        env.extend(
+            settings
+                .inherit_env
+                .iter()
+                .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))),
+        );
         let loaded = Arc::new(LoadedHandler {
             name: Arc::from(name.as_str()),
             path: path.to_path_buf(),
@@ -208,7 +230,12 @@ impl HandlerRegistry {
             next
         });
         self.changes.send_modify(|n| *n += 1);
-        Ok(LoadOutcome::Deployed { name, hash, cached: origin == Origin::Cached, millis })
+        Ok(LoadOutcome::Deployed {
+            name,
+            hash,
+            cached: origin == Origin::Cached,
+            millis,
+        })
     }
 
     /// Stop serving a handler (its file was removed). Returns whether it was serving.

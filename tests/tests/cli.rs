@@ -1,0 +1,197 @@
+//! The `wharf` binary: config errors name the key, `run` stops cleanly on SIGTERM, and the
+//! CLI enqueues, lists and shows messages.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use wharf_tests::{TestDir, wait_for};
+
+fn wharf() -> PathBuf {
+    // Integration tests live in target/<profile>/deps; the binary is in target/<profile>.
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("wharf");
+    assert!(
+        bin.exists(),
+        "{} is missing: build the workspace (cargo build --workspace)",
+        bin.display()
+    );
+    bin
+}
+
+fn run(dir: &TestDir, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(wharf())
+        .current_dir(dir.dir.path())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_check_names_the_key_and_reason() {
+    let dir = TestDir::new();
+    let cases = [
+        (
+            "[queues.orders]\nhandler = \"h\"\nmax_attempt = 3\n",
+            "`queues.orders.max_attempt`: unknown field `max_attempt`",
+        ),
+        (
+            "[queues.orders]\nhandler = \"h\"\ntimeout = \"ten seconds\"\n",
+            "`queues.orders.timeout`",
+        ),
+        (
+            "[queues.orders]\nconcurrency = 2\n",
+            "`queues.orders`: missing field `handler`",
+        ),
+        (
+            "[storage]\nurl = \"${WHARF_TEST_UNSET_VAR}\"\n",
+            "`storage.url`: environment variable `WHARF_TEST_UNSET_VAR` is not set",
+        ),
+    ];
+    for (text, expected) in cases {
+        std::fs::write(dir.path("bad.toml"), text).unwrap();
+        let (code, _, stderr) = run(&dir, &["config", "check", "bad.toml"]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains("bad.toml"), "names the file: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "expected `{expected}` in: {stderr}"
+        );
+        // `run` refuses to start on the same file, with the same message.
+        let (code, _, stderr) = run(&dir, &["--config", "bad.toml", "run"]);
+        assert_eq!(code, 2);
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+    std::fs::write(
+        dir.path("good.toml"),
+        "[queues.orders]\nhandler = \"order-export\"\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = run(&dir, &["config", "check", "good.toml"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("good.toml: ok (1 queues)"), "{stdout}");
+    assert!(
+        stdout.contains("order-export.wasm does not exist yet"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn cli_enqueues_and_shows_messages_and_run_stops_on_sigterm() {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = format!(
+        "[host]\nadmin_listen = \"127.0.0.1:{port}\"\nmax_instances = 16\n[storage]\npoll_interval = \"20ms\"\n[queues.work]\nhandler = \"flaky\"\n"
+    );
+    std::fs::write(dir.path("wharf.toml"), config).unwrap();
+    let (code, stdout, stderr) = run(
+        &dir,
+        &[
+            "enqueue",
+            "work",
+            r#"{"permanent":"no such sku"}"#,
+            "--id",
+            "order-1",
+            "--priority",
+            "3",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("added: key 1 in queue work"), "{stdout}");
+    let (code, stdout, _) = run(
+        &dir,
+        &[
+            "enqueue",
+            "work",
+            r#"{"permanent":"still no sku"}"#,
+            "--id",
+            "order-1",
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("updated existing message: key 1"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = run(&dir, &["enqueue", "nowhere", "{}"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("unknown queue `nowhere`"), "{stderr}");
+
+    let mut child = Command::new(wharf())
+        .current_dir(dir.dir.path())
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(wait_for(
+        Duration::from_secs(30),
+        "the message to fail",
+        || async {
+            let (_, stdout, _) = run(&dir, &["messages", "show", "1", "--json"]);
+            let v: serde_json::Value = serde_json::from_str(&stdout).ok()?;
+            (v["status"] == "failed").then_some(v)
+        },
+    ));
+    let (_, stdout, _) = run(&dir, &["messages", "list", "--status", "failed"]);
+    assert!(
+        stdout.contains("order-1") && stdout.contains("permanent error: still no sku"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = run(&dir, &["handlers", "list", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let handlers: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(handlers[0]["name"], "flaky");
+    assert_eq!(handlers[0]["sha256"].as_str().unwrap().len(), 64);
+
+    let health = http_get(port, "/readyz");
+    assert!(
+        health.contains("\"sql_storage\"") && health.contains("\"healthy\":true"),
+        "{health}"
+    );
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = std::time::Instant::now();
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "wharf run did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut log = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut log).unwrap();
+    assert!(exit.success(), "exit {exit:?}: {log}");
+    assert!(
+        log.contains("shutdown requested") && log.contains("host stopped"),
+        "{log}"
+    );
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}

@@ -1,0 +1,212 @@
+//! Hot deploy: replacing a handler under load loses nothing and the new version takes over;
+//! a broken file is rejected while the old version serves; removing a file pauses its queue;
+//! compiled components are cached across restarts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use wharf_host::Config;
+use wharf_host::enqueue::Enqueuer;
+use wharf_host::queue::Status;
+use wharf_host::runtime::{HandlerRegistry, LoadOutcome};
+use wharf_tests::{TestDir, count, messages, msg, wait_for, wait_status};
+
+const T: Duration = Duration::from_secs(30);
+
+const CONFIG: &str = r#"
+[queues.work]
+handler = "versioned"
+concurrency = 4
+
+[queues.reports]
+handler = "not-deployed"
+"#;
+
+/// Which version handled each `n`, from the reports queue.
+async fn reports(host: &wharf_host::RunningHost) -> BTreeMap<u64, Vec<u64>> {
+    let mut by_n: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for m in messages(host, "reports").await {
+        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+        by_n.entry(v["n"].as_u64().unwrap())
+            .or_default()
+            .push(v["version"].as_u64().unwrap());
+    }
+    by_n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_a_handler_under_load_loses_nothing_and_switches_version() {
+    let dir = TestDir::new();
+    dir.deploy("versioned", "versioned-v1");
+    let host = Arc::new(dir.start(CONFIG).await);
+    const N: u64 = 600;
+    let producer = {
+        let host = host.clone();
+        tokio::spawn(async move {
+            for n in 0..N {
+                host.router
+                    .enqueue("work", msg(json!({"n": n, "reply_to": "reports"})))
+                    .await
+                    .unwrap();
+                if n % 20 == 0 {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        })
+    };
+    // Swap while the producer is running.
+    wait_for(T, "some messages handled by v1", || async {
+        (count(&host, "work", Status::Processed).await >= 50).then_some(())
+    })
+    .await;
+    let old_hash = host.registry.get("versioned").unwrap().hash.clone();
+    dir.deploy("versioned", "versioned-v2");
+    wait_for(T, "v2 to be serving", || async {
+        (host.registry.get("versioned").unwrap().hash != old_hash).then_some(())
+    })
+    .await;
+    producer.await.unwrap();
+    wait_for(T, "every message processed", || async {
+        (count(&host, "work", Status::Processed).await == N).then_some(())
+    })
+    .await;
+    let by_n = reports(&host).await;
+    assert_eq!(by_n.len() as u64, N, "every message reported");
+    assert!(
+        by_n.values().all(|v| v.len() == 1),
+        "no message handled twice"
+    );
+    let v1 = by_n.values().filter(|v| v[0] == 1).count();
+    let v2 = by_n.values().filter(|v| v[0] == 2).count();
+    assert!(v1 >= 50 && v2 >= 1, "both versions served: v1={v1} v2={v2}");
+    // After the swap every newly enqueued message is handled by v2.
+    let late = host
+        .router
+        .enqueue("work", msg(json!({"n": N, "reply_to": "reports"})))
+        .await
+        .unwrap();
+    wait_status(&host, late.key, Status::Processed, T).await;
+    assert_eq!(reports(&host).await[&N], vec![2]);
+    Arc::try_unwrap(host)
+        .ok()
+        .expect("sole owner")
+        .shutdown()
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_file_is_rejected_while_the_old_version_serves() {
+    let dir = TestDir::new();
+    dir.deploy("versioned", "versioned-v1");
+    let host = dir.start(CONFIG).await;
+    let v1_hash = host.registry.get("versioned").unwrap().hash.clone();
+    // Not WebAssembly at all, then a valid component that does not export `handle`.
+    for bad in [&b"\0asm garbage"[..], &b"(component)"[..]] {
+        dir.deploy_bytes("versioned", bad);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            host.registry.get("versioned").unwrap().hash,
+            v1_hash,
+            "v1 still serving"
+        );
+        let m = host
+            .router
+            .enqueue("work", msg(json!({"n": bad.len(), "reply_to": "reports"})))
+            .await
+            .unwrap();
+        wait_status(&host, m.key, Status::Processed, T).await;
+        assert_eq!(reports(&host).await[&(bad.len() as u64)], vec![1]);
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_files_are_rejected_with_the_reason() {
+    let dir = TestDir::new();
+    let config = Arc::new(Config::load(&dir.write_config(CONFIG)).unwrap());
+    let registry = HandlerRegistry::new(config).unwrap();
+    dir.deploy_bytes("junk", b"not wasm");
+    let err = registry
+        .load_file(&dir.handler_path("junk"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("junk.wasm: not a valid WebAssembly component"),
+        "{err}"
+    );
+    dir.deploy_bytes("empty", b"(component)");
+    let err = registry
+        .load_file(&dir.handler_path("empty"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("empty.wasm: does not match the wharf:handler/handler world"),
+        "{err}"
+    );
+    assert!(err.contains("handle"), "names the missing export: {err}");
+    assert!(registry.get("junk").is_none() && registry.get("empty").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_a_handler_pauses_its_queue_without_losing_messages() {
+    let dir = TestDir::new();
+    dir.deploy("versioned", "versioned-v1");
+    let host = dir.start(CONFIG).await;
+    let first = host
+        .router
+        .enqueue("work", msg(json!({"n": 1, "reply_to": "reports"})))
+        .await
+        .unwrap();
+    wait_status(&host, first.key, Status::Processed, T).await;
+    std::fs::remove_file(dir.handler_path("versioned")).unwrap();
+    wait_for(T, "the handler to be removed", || async {
+        host.registry.get("versioned").is_none().then_some(())
+    })
+    .await;
+    let parked = host
+        .router
+        .enqueue("work", msg(json!({"n": 2, "reply_to": "reports"})))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let m = host.store.get(parked.key).await.unwrap().unwrap();
+    assert_eq!(
+        (m.status, m.attempts),
+        (Status::Pending, 0),
+        "waits, untouched, never failed"
+    );
+    dir.deploy("versioned", "versioned-v2");
+    wait_status(&host, parked.key, Status::Processed, T).await;
+    assert_eq!(reports(&host).await[&2], vec![2]);
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiled_components_are_cached_across_restarts() {
+    let dir = TestDir::new();
+    dir.deploy("versioned", "versioned-v1");
+    let config = Arc::new(Config::load(&dir.write_config(CONFIG)).unwrap());
+    let path = dir.handler_path("versioned");
+    let first = HandlerRegistry::new(config.clone())
+        .unwrap()
+        .load_file(&path)
+        .unwrap();
+    assert!(
+        matches!(first, LoadOutcome::Deployed { cached: false, .. }),
+        "{first:?}"
+    );
+    // A new registry (a restarted host) reads the cache instead of compiling.
+    let registry = HandlerRegistry::new(config).unwrap();
+    let second = registry.load_file(&path).unwrap();
+    assert!(
+        matches!(second, LoadOutcome::Deployed { cached: true, .. }),
+        "{second:?}"
+    );
+    // Loading the same content again changes nothing.
+    assert!(matches!(
+        registry.load_file(&path).unwrap(),
+        LoadOutcome::Unchanged { .. }
+    ));
+}

@@ -1,0 +1,221 @@
+//! Messages flow from enqueue through a Rust guest to their final status on SQLite.
+
+use std::time::Duration;
+
+use serde_json::json;
+use wharf_host::enqueue::Enqueuer;
+use wharf_host::queue::{NewMessage, Status};
+use wharf_tests::{TestDir, messages, msg, wait_for, wait_status};
+
+const T: Duration = Duration::from_secs(20);
+
+const FLAKY: &str = r#"
+[queues.work]
+handler = "flaky"
+max_attempts = 4
+backoff = "10ms"
+max_backoff = "50ms"
+
+[queues.replies]
+handler = "not-deployed"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueued_message_is_processed_by_the_guest() {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(FLAKY).await;
+    let done = host
+        .router
+        .enqueue("work", msg(json!({"reply_to": "replies", "order": 7})))
+        .await
+        .unwrap();
+    let m = wait_status(&host, done.key, Status::Processed, T).await;
+    assert_eq!(m.attempts, 1);
+    assert!(m.processed_at_ms.is_some());
+    assert!(m.last_error.is_none());
+    // The guest saw the payload exactly as enqueued.
+    let replies = wait_for(T, "the reply", || async {
+        let r = messages(&host, "replies").await;
+        (!r.is_empty()).then_some(r)
+    })
+    .await;
+    let reply: serde_json::Value = serde_json::from_str(&replies[0].payload).unwrap();
+    assert_eq!(
+        reply,
+        json!({"seen": {"reply_to": "replies", "order": 7}, "attempt": 1})
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_errors_are_retried_then_succeed() {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(FLAKY).await;
+    let done = host
+        .router
+        .enqueue("work", msg(json!({"transient_until": 3})))
+        .await
+        .unwrap();
+    let m = wait_status(&host, done.key, Status::Processed, T).await;
+    assert_eq!(m.attempts, 3, "two failed attempts, then success");
+    // The last error of the failed attempts is kept for inspection.
+    assert_eq!(
+        m.last_error.as_deref(),
+        Some("transient error: not yet: attempt 2 of 3")
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_errors_fail_after_max_attempts() {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(FLAKY).await;
+    let done = host
+        .router
+        .enqueue("work", msg(json!({"transient_until": 100})))
+        .await
+        .unwrap();
+    let m = wait_status(&host, done.key, Status::Failed, T).await;
+    assert_eq!(m.attempts, 4);
+    let error = m.last_error.unwrap();
+    assert!(
+        error.contains("not yet: attempt 4 of 100") && error.contains("no attempts left"),
+        "{error}"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_error_fails_at_once_with_its_text() {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(FLAKY).await;
+    let done = host
+        .router
+        .enqueue("work", msg(json!({"permanent": "sku 42 does not exist"})))
+        .await
+        .unwrap();
+    let m = wait_status(&host, done.key, Status::Failed, T).await;
+    assert_eq!(m.attempts, 1);
+    assert_eq!(
+        m.last_error.as_deref(),
+        Some("permanent error: sku 42 does not exist")
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_runs_the_message_again_later() {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(FLAKY).await;
+    let done = host
+        .router
+        .enqueue("work", msg(json!({"retry_after_ms": 300})))
+        .await
+        .unwrap();
+    let slept = wait_status(&host, done.key, Status::Sleeping, T).await;
+    assert!(
+        slept.process_at_ms >= slept.updated_at_ms + 250,
+        "scheduled ~300 ms later"
+    );
+    let m = wait_status(&host, done.key, Status::Processed, T).await;
+    assert_eq!(m.attempts, 2);
+    assert!(m.processed_at_ms.unwrap() >= slept.process_at_ms);
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_up_enqueued_by_a_guest_lands_in_its_queue() {
+    let dir = TestDir::new();
+    dir.deploy("order-export", "order-export");
+    let host = dir
+        .start("[queues.orders]\nhandler = \"order-export\"\n\n[queues.notifications]\nhandler = \"not-deployed\"\n")
+        .await;
+    let order = json!({"order_id": "A-17", "customer": "Ada", "total_cents": 1999});
+    let done = host.router.enqueue("orders", msg(order)).await.unwrap();
+    wait_status(&host, done.key, Status::Processed, T).await;
+    let notes = messages(&host, "notifications").await;
+    assert_eq!(notes.len(), 1);
+    assert_eq!(notes[0].status, Status::Pending);
+    let note: serde_json::Value = serde_json::from_str(&notes[0].payload).unwrap();
+    assert_eq!(note["order_id"], "A-17");
+    assert_eq!(note["exported_by"], "order-export v1");
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn higher_priority_runs_first_and_delayed_messages_wait() {
+    let dir = TestDir::new();
+    let host = dir
+        .start("[queues.work]\nhandler = \"flaky\"\nconcurrency = 1\n\n[queues.replies]\nhandler = \"not-deployed\"\n")
+        .await;
+    // Enqueue before the handler exists so that all are waiting together.
+    for (n, priority) in [(1, 0), (2, 5), (3, 0), (4, 9)] {
+        let m = NewMessage {
+            priority,
+            ..msg(json!({"reply_to": "replies", "n": n}))
+        };
+        host.router.enqueue("work", m).await.unwrap();
+    }
+    let delayed = NewMessage {
+        process_at_ms: Some(wharf_host::queue::now_ms() + 1_000),
+        ..msg(json!({"reply_to": "replies", "n": 5}))
+    };
+    let delayed = host.router.enqueue("work", delayed).await.unwrap();
+    assert_eq!(
+        host.store.get(delayed.key).await.unwrap().unwrap().status,
+        Status::Sleeping
+    );
+    dir.deploy("flaky", "flaky");
+    let order = wait_for(T, "five replies", || async {
+        let r = messages(&host, "replies").await;
+        (r.len() == 5).then_some(r)
+    })
+    .await;
+    let seen: Vec<i64> = order
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<serde_json::Value>(&m.payload).unwrap()["seen"]["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![4, 2, 1, 3, 5],
+        "priority order, then FIFO, the delayed one last"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_rejects_unknown_queue_and_invalid_json() {
+    let dir = TestDir::new();
+    let host = dir.start(FLAKY).await;
+    let err = host
+        .router
+        .enqueue("nope", msg(json!({})))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("unknown queue `nope`") && err.contains("replies, work"),
+        "{err}"
+    );
+    let bad = NewMessage {
+        payload: "{not json".into(),
+        ..NewMessage::default()
+    };
+    let err = host
+        .router
+        .enqueue("work", bad)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not valid JSON"), "{err}");
+    host.shutdown().await;
+}

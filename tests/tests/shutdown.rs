@@ -1,0 +1,104 @@
+//! Graceful shutdown: in-flight messages finish within the grace period; what is still
+//! running after it is released, so nothing stays in processing.
+
+use std::time::Duration;
+
+use serde_json::json;
+use wharf_host::enqueue::Enqueuer;
+use wharf_host::queue::Status;
+use wharf_tests::{TestDir, count, msg, wait_for};
+
+const T: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_what_does_not_finish_in_the_grace_period() {
+    let dir = TestDir::new();
+    dir.deploy("spin", "spin");
+    let path = dir.write_config("");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"300ms\"")
+        + "[queues.stuck]\nhandler = \"spin\"\nconcurrency = 3\ntimeout = \"60s\"\nlease = \"120s\"\n";
+    std::fs::write(&path, text).unwrap();
+    let host = wharf_host::start(wharf_host::Config::load(&path).unwrap())
+        .await
+        .unwrap();
+    for n in 0..5 {
+        host.router
+            .enqueue("stuck", msg(json!({ "n": n })))
+            .await
+            .unwrap();
+    }
+    wait_for(T, "three messages in processing", || async {
+        (count(&host, "stuck", Status::Processing).await == 3).then_some(())
+    })
+    .await;
+    let store = host.store.clone();
+    let started = std::time::Instant::now();
+    host.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        count_in(&store, Status::Processing).await,
+        0,
+        "nothing left in processing"
+    );
+    let pending = count_in(&store, Status::Pending).await;
+    assert_eq!(
+        pending, 5,
+        "released and untouched messages are pending again"
+    );
+    let all = store
+        .list(&wharf_host::queue::MessageFilter {
+            queue: None,
+            status: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert!(
+        all.iter().all(|m| m.attempts == 0),
+        "a released attempt is not counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_in_flight_messages_finish() {
+    let dir = TestDir::new();
+    dir.deploy("noop", "noop");
+    let host = dir
+        .start("[queues.work]\nhandler = \"noop\"\nconcurrency = 8\n")
+        .await;
+    for n in 0..300 {
+        host.router
+            .enqueue("work", msg(json!({ "n": n })))
+            .await
+            .unwrap();
+    }
+    let store = host.store.clone();
+    host.shutdown().await;
+    assert_eq!(count_in(&store, Status::Processing).await, 0);
+    let processed = count_in(&store, Status::Processed).await;
+    let pending = count_in(&store, Status::Pending).await;
+    assert_eq!(
+        processed + pending,
+        300,
+        "every message is processed or still pending"
+    );
+}
+
+async fn count_in(
+    store: &std::sync::Arc<dyn wharf_host::queue::QueueStore>,
+    status: Status,
+) -> u64 {
+    let counts = store
+        .counts("stuck")
+        .await
+        .unwrap()
+        .into_iter()
+        .chain(store.counts("work").await.unwrap());
+    counts.filter(|(s, _)| *s == status).map(|(_, n)| n).sum()
+}
