@@ -1,1 +1,76 @@
-fn main() {}
+//! Project automation: `cargo xtask demo | test | bench | guests | lint`.
+//!
+//! Every command installs what it needs (the `wasm32-wasip2` target, cargo-nextest) so it
+//! works the same on a fresh machine and in CI.
+
+mod demo;
+mod tools;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Wharf's project tasks.
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Build everything and show Wharf processing messages and hot-deploying a handler.
+    Demo {
+        /// Leave the host running after the demo (stop it with Ctrl-C).
+        #[arg(long)]
+        keep_running: bool,
+    },
+    /// Install what the tests need, build the guests, check formatting, run every test.
+    Test {
+        /// Extra arguments for `cargo nextest run` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run the criterion benchmarks (release build).
+    Bench {
+        /// Extra arguments for `cargo bench` (e.g. `--bench invoke`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Build the sample and fixture handlers for wasm32-wasip2.
+    Guests,
+    /// cargo fmt --check and cargo clippy with warnings as errors.
+    Lint,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Demo { keep_running } => demo::run(keep_running),
+        Task::Test { args } => test(&args),
+        Task::Bench { args } => {
+            tools::build_guests()?;
+            let mut cmd = tools::cargo(&["bench", "--package", "wharf-host"]);
+            cmd.args(&args);
+            tools::run(cmd)
+        }
+        Task::Guests => tools::build_guests(),
+        Task::Lint => lint(),
+    }
+}
+
+fn test(args: &[String]) -> Result<()> {
+    tools::ensure_nextest()?;
+    tools::build_guests()?;
+    tools::run(tools::cargo(&["fmt", "--all", "--", "--check"]))?;
+    let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);
+    cmd.args(args);
+    tools::run(cmd)
+}
+
+fn lint() -> Result<()> {
+    tools::run(tools::cargo(&["fmt", "--all", "--", "--check"]))?;
+    tools::run(tools::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    let mut guests = tools::cargo(&["clippy", "--target", "wasm32-wasip2", "--", "-D", "warnings"]);
+    guests.current_dir(tools::root().join("sample-handlers"));
+    tools::run(guests)
+}

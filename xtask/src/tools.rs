@@ -1,0 +1,68 @@
+//! Running commands and installing missing tools.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+/// A `cargo` command (the same cargo that runs xtask) in the workspace root.
+pub fn cargo(args: &[&str]) -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(args).current_dir(root());
+    cmd
+}
+
+/// Run a command, failing with its command line when it fails.
+pub fn run(mut cmd: Command) -> Result<()> {
+    let line = format!("{cmd:?}");
+    eprintln!("xtask: {line}");
+    let status = cmd.status().with_context(|| format!("starting {line}"))?;
+    if !status.success() {
+        bail!("{line} failed with {status}");
+    }
+    Ok(())
+}
+
+fn succeeds(cmd: &mut Command) -> bool {
+    cmd.output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// Make sure the `wasm32-wasip2` target is installed.
+pub fn ensure_wasm_target() -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("running rustup (is the Rust toolchain installed with rustup?)")?;
+    if String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.trim() == "wasm32-wasip2") {
+        return Ok(());
+    }
+    let mut add = Command::new("rustup");
+    add.args(["target", "add", "wasm32-wasip2"]);
+    run(add)
+}
+
+/// Make sure `cargo nextest` is available.
+pub fn ensure_nextest() -> Result<()> {
+    if succeeds(cargo(&["nextest", "--version"]).stdout(std::process::Stdio::null())) {
+        return Ok(());
+    }
+    run(cargo(&["install", "cargo-nextest", "--locked"]))
+}
+
+/// Build every sample and fixture handler (release, wasm32-wasip2).
+pub fn build_guests() -> Result<()> {
+    ensure_wasm_target()?;
+    let mut cmd = cargo(&["build", "--release", "--target", "wasm32-wasip2"]);
+    cmd.current_dir(root().join("sample-handlers"));
+    run(cmd)
+}
+
+/// Where a built guest is.
+pub fn guest(crate_name: &str) -> PathBuf {
+    root().join("sample-handlers/target/wasm32-wasip2/release").join(format!("{crate_name}.wasm"))
+}
