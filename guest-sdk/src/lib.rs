@@ -33,6 +33,7 @@ pub use outbox::{EnqueueOptions, EnqueueStatus, enqueue, enqueue_json, enqueue_w
 
 /// The generated WIT bindings. Handler code rarely needs them directly.
 #[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",

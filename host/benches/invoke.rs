@@ -1,5 +1,7 @@
 //! Per-message cost of a fresh instance plus one `handle` call of a no-op guest.
 
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,12 +18,16 @@ struct NoEnqueue;
 #[async_trait]
 impl Enqueuer for NoEnqueue {
     async fn enqueue(&self, queue: &str, _: NewMessage) -> Result<Enqueued, EnqueueError> {
-        Err(EnqueueError::UnknownQueue { queue: queue.into(), known: String::new() })
+        Err(EnqueueError::UnknownQueue {
+            queue: queue.into(),
+            known: String::new(),
+        })
     }
 }
 
 fn bench(c: &mut Criterion) {
-    let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-handlers/target/wasm32-wasip2/release/noop.wasm");
+    let guest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-handlers/target/wasm32-wasip2/release/noop.wasm");
     assert!(guest.exists(), "build the guests first: cargo xtask guests");
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::empty(dir.path().join("wharf.toml"));
@@ -44,10 +50,19 @@ fn bench(c: &mut Criterion) {
         enqueued_at_ms: 0,
         headers: vec![],
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     c.bench_function("fresh instance + handle (no-op guest)", |b| {
         b.to_async(&rt).iter(|| async {
-            let out = invoke(&handler, message.clone(), Duration::from_secs(10), enqueuer.clone()).await;
+            let out = invoke(
+                &handler,
+                message.clone(),
+                Duration::from_secs(10),
+                enqueuer.clone(),
+            )
+            .await;
             assert!(matches!(out, Ok(Ok(_))), "{out:?}");
         })
     });

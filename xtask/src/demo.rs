@@ -41,9 +41,15 @@ impl Demo {
     }
 
     fn output(&self, args: &[&str]) -> Result<String> {
-        let out = self.cmd(args).output().with_context(|| format!("running wharf {args:?}"))?;
+        let out = self
+            .cmd(args)
+            .output()
+            .with_context(|| format!("running wharf {args:?}"))?;
         if !out.status.success() {
-            bail!("wharf {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "wharf {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -61,9 +67,18 @@ impl Demo {
     }
 
     fn processed(&self, queue: &str) -> usize {
-        self.json(&["messages", "list", "--queue", queue, "--status", "processed", "--limit", "1000"])
-            .and_then(|v| v.as_array().map(Vec::len))
-            .unwrap_or(0)
+        self.json(&[
+            "messages",
+            "list",
+            "--queue",
+            queue,
+            "--status",
+            "processed",
+            "--limit",
+            "1000",
+        ])
+        .and_then(|v| v.as_array().map(Vec::len))
+        .unwrap_or(0)
     }
 
     fn handler_hash(&self) -> Option<String> {
@@ -76,10 +91,16 @@ impl Demo {
 
     fn enqueue_orders(&self, from: u32, to: u32) -> Result<()> {
         for n in from..=to {
-            let order = format!(r#"{{"order_id":"A-{n}","customer":"customer {n}","total_cents":{}}}"#, 1000 + n * 250);
+            let order = format!(
+                r#"{{"order_id":"A-{n}","customer":"customer {n}","total_cents":{}}}"#,
+                1000 + n * 250
+            );
             let id = format!("order-{n}");
             println!("$ wharf enqueue orders '{order}' --id {id}");
-            print!("{}", self.output(&["enqueue", "orders", &order, "--id", &id])?);
+            print!(
+                "{}",
+                self.output(&["enqueue", "orders", &order, "--id", &id])?
+            );
         }
         Ok(())
     }
@@ -114,7 +135,13 @@ fn stop(child: &mut Child) -> Result<()> {
 /// Run the demo.
 pub fn run(keep_running: bool) -> Result<()> {
     tools::build_guests()?;
-    tools::run(tools::cargo(&["build", "--package", "wharf-host", "--bin", "wharf"]))?;
+    tools::run(tools::cargo(&[
+        "build",
+        "--package",
+        "wharf-host",
+        "--bin",
+        "wharf",
+    ]))?;
     let dir = root().join("demo");
     if dir.exists() {
         std::fs::remove_dir_all(&dir).context("clearing the previous demo folder")?;
@@ -123,13 +150,19 @@ pub fn run(keep_running: bool) -> Result<()> {
     std::fs::write(dir.join("wharf.toml"), CONFIG)?;
     deploy(&tools::guest("order_export"), &dir, "order-export")?;
     deploy(&tools::guest("noop"), &dir, "notifier")?;
-    let demo = Demo { wharf: root().join("target/debug/wharf"), dir: dir.clone() };
+    let demo = Demo {
+        wharf: root().join("target/debug/wharf"),
+        dir: dir.clone(),
+    };
 
     demo.show("The configuration is valid", &["config", "check"])?;
     println!("\n=== Starting the host (its log follows on stderr)");
     let mut child = demo
         .cmd(&["run"])
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdin(Stdio::null())
         .spawn()
         .context("starting wharf run")?;
@@ -145,14 +178,21 @@ pub fn run(keep_running: bool) -> Result<()> {
         let v1 = demo.handler_hash();
         println!("\n=== Hot-deploying order-export v2 (copy to a temp name, then rename)");
         deploy(&tools::guest("order_export_v2"), &dir, "order-export")?;
-        wait_until("v2 to be serving", || demo.handler_hash().is_some_and(|h| Some(h) != v1))?;
+        wait_until("v2 to be serving", || {
+            demo.handler_hash().is_some_and(|h| Some(h) != v1)
+        })?;
         demo.show("Deployed handlers after the swap", &["handlers", "list"])?;
 
         println!("\n=== Enqueueing five more orders");
         demo.enqueue_orders(6, 10)?;
         wait_until("ten processed orders", || demo.processed("orders") == 10)?;
-        wait_until("ten notifications", || demo.processed("notifications") == 10)?;
-        demo.show("Notifications: the last five (ids notify-…) were sent by v2", &["messages", "list", "--queue", "notifications"])?;
+        wait_until("ten notifications", || {
+            demo.processed("notifications") == 10
+        })?;
+        demo.show(
+            "Notifications: the last five (ids notify-…) were sent by v2",
+            &["messages", "list", "--queue", "notifications"],
+        )?;
         Ok(())
     })();
     if let Err(e) = result {
@@ -160,8 +200,12 @@ pub fn run(keep_running: bool) -> Result<()> {
         return Err(e);
     }
     if keep_running {
-        println!("\nThe host keeps running (admin API on http://127.0.0.1:9464/readyz). In another shell:");
-        println!("  cd demo && ../target/debug/wharf enqueue orders '{{\"order_id\":\"A-99\",\"customer\":\"you\",\"total_cents\":100}}'");
+        println!(
+            "\nThe host keeps running (admin API on http://127.0.0.1:9464/readyz). In another shell:"
+        );
+        println!(
+            "  cd demo && ../target/debug/wharf enqueue orders '{{\"order_id\":\"A-99\",\"customer\":\"you\",\"total_cents\":100}}'"
+        );
         println!("Press Ctrl-C to stop it.");
         child.wait()?;
         return Ok(());

@@ -69,8 +69,22 @@ fn test(args: &[String]) -> Result<()> {
 
 fn lint() -> Result<()> {
     tools::run(tools::cargo(&["fmt", "--all", "--", "--check"]))?;
-    tools::run(tools::cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    let mut guests = tools::cargo(&["clippy", "--target", "wasm32-wasip2", "--", "-D", "warnings"]);
+    tools::run(tools::cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let mut guests = tools::cargo(&[
+        "clippy",
+        "--target",
+        "wasm32-wasip2",
+        "--",
+        "-D",
+        "warnings",
+    ]);
     guests.current_dir(tools::root().join("sample-handlers"));
     tools::run(guests)
 }

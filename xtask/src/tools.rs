@@ -7,7 +7,10 @@ use anyhow::{Context, Result, bail};
 
 /// The workspace root.
 pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
 }
 
 /// A `cargo` command (the same cargo that runs xtask) in the workspace root.
@@ -38,7 +41,10 @@ pub fn ensure_wasm_target() -> Result<()> {
         .args(["target", "list", "--installed"])
         .output()
         .context("running rustup (is the Rust toolchain installed with rustup?)")?;
-    if String::from_utf8_lossy(&installed.stdout).lines().any(|l| l.trim() == "wasm32-wasip2") {
+    if String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == "wasm32-wasip2")
+    {
         return Ok(());
     }
     let mut add = Command::new("rustup");
@@ -64,5 +70,7 @@ pub fn build_guests() -> Result<()> {
 
 /// Where a built guest is.
 pub fn guest(crate_name: &str) -> PathBuf {
-    root().join("sample-handlers/target/wasm32-wasip2/release").join(format!("{crate_name}.wasm"))
+    root()
+        .join("sample-handlers/target/wasm32-wasip2/release")
+        .join(format!("{crate_name}.wasm"))
 }

@@ -156,6 +156,17 @@ impl Config {
                 ),
             ));
         }
+        let total: u64 = self.queues.values().map(|q| u64::from(q.concurrency)).sum();
+        if total > u64::from(self.host.max_instances) {
+            return Err(ConfigError::key(
+                file,
+                "host.max_instances",
+                format!(
+                    "{} is less than the queues' total concurrency ({total}): raise it or lower some `concurrency`",
+                    self.host.max_instances
+                ),
+            ));
+        }
         for (name, handler) in &self.handlers {
             check_name(file, &format!("handlers.{name}"), name)?;
             if let Some(memory) = handler.memory
@@ -336,6 +347,10 @@ mod tests {
         assert_eq!(key, "queues.a b");
         let (key, _) = key_error("[storage]\nurl = \"mysql://x\"\n");
         assert_eq!(key, "storage.url");
+        let (key, reason) =
+            key_error("[host]\nmax_instances = 4\n[queues.a]\nhandler = \"h\"\nconcurrency = 5\n");
+        assert_eq!(key, "host.max_instances");
+        assert!(reason.contains("total concurrency (5)"), "{reason}");
     }
 
     #[test]

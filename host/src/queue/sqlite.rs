@@ -200,7 +200,7 @@ impl QueueStore for SqliteStore {
         }
         // RETURNING does not keep the sub-select's order: restore lease order.
         let mut paired: Vec<_> = order.into_iter().zip(leased).collect();
-        paired.sort_by(|a, b| a.0.cmp(&b.0));
+        paired.sort_by_key(|p| p.0);
         Ok(paired.into_iter().map(|(_, m)| m).collect())
     }
 

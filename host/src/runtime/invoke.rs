@@ -67,19 +67,29 @@ pub async fn invoke(
     });
 
     let call = async {
-        let instance = handler.pre.instantiate_async(&mut store).await?;
-        instance.call_handle(&mut store, &message).await
+        let instance = match handler.pre.instantiate_async(&mut store).await {
+            Ok(instance) => instance,
+            Err(e) => return Err(InvokeError::Instantiate(format!("{e:#}"))),
+        };
+        instance
+            .call_handle(&mut store, &message)
+            .await
+            .map_err(|e| {
+                let state = store.data();
+                if state.timed_out {
+                    InvokeError::Timeout(timeout)
+                } else if state.limiter.exceeded {
+                    InvokeError::MemoryLimit(handler.memory_limit)
+                } else {
+                    InvokeError::Trap(describe(&e))
+                }
+            })
     };
     // The epoch deadline interrupts guest code; this outer limit also bounds time spent in
     // host calls (a slow enqueue) on behalf of the guest.
-    let result = tokio::time::timeout(timeout + Duration::from_millis(250), call).await;
-    let state = store.data();
-    match result {
-        Ok(Ok(outcome)) => Ok(outcome),
+    match tokio::time::timeout(timeout + Duration::from_millis(250), call).await {
+        Ok(result) => result,
         Err(_) => Err(InvokeError::Timeout(timeout)),
-        Ok(Err(_)) if state.timed_out => Err(InvokeError::Timeout(timeout)),
-        Ok(Err(_)) if state.limiter.exceeded => Err(InvokeError::MemoryLimit(handler.memory_limit)),
-        Ok(Err(error)) => Err(InvokeError::Trap(describe(&error))),
     }
 }
 
