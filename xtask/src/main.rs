@@ -61,14 +61,21 @@ fn main() -> Result<()> {
 fn test(args: &[String]) -> Result<()> {
     tools::ensure_nextest()?;
     tools::build_guests()?;
-    tools::run(tools::cargo(&["fmt", "--all", "--", "--check"]))?;
+    check_format()?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);
     cmd.args(args);
     tools::run(cmd)
 }
 
-fn lint() -> Result<()> {
+fn check_format() -> Result<()> {
     tools::run(tools::cargo(&["fmt", "--all", "--", "--check"]))?;
+    let mut guests = tools::cargo(&["fmt", "--all", "--", "--check"]);
+    guests.current_dir(tools::root().join("sample-handlers"));
+    tools::run(guests)
+}
+
+fn lint() -> Result<()> {
+    check_format()?;
     tools::run(tools::cargo(&[
         "clippy",
         "--workspace",
