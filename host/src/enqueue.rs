@@ -45,23 +45,48 @@ pub trait Enqueuer: Send + Sync + 'static {
 /// Routes messages to the storage of each configured queue.
 pub struct QueueRouter {
     store: Arc<dyn QueueStore>,
-    wake: BTreeMap<String, Arc<Notify>>,
+    queues: BTreeMap<String, Route>,
+}
+
+struct Route {
+    wake: Arc<Notify>,
+    idempotent: bool,
 }
 
 impl QueueRouter {
     /// A router for the queues of `config`, storing into `store`.
     pub fn new(store: Arc<dyn QueueStore>, config: &Config) -> Self {
-        let wake = config
+        let queues = config
             .queues
-            .keys()
-            .map(|q| (q.clone(), Arc::new(Notify::new())))
+            .iter()
+            .map(|(name, q)| {
+                (
+                    name.clone(),
+                    Route {
+                        wake: Arc::new(Notify::new()),
+                        idempotent: q.idempotent,
+                    },
+                )
+            })
             .collect();
-        QueueRouter { store, wake }
+        QueueRouter { store, queues }
     }
 
-    /// The signal raised when a message is enqueued into `queue` in this process.
+    /// The signal raised when a message of `queue` becomes ready.
     pub fn wake_signal(&self, queue: &str) -> Option<Arc<Notify>> {
-        self.wake.get(queue).cloned()
+        self.queues.get(queue).map(|r| r.wake.clone())
+    }
+
+    /// Wake the processors of `queue` (of every queue for `None`).
+    pub fn wake(&self, queue: Option<&str>) {
+        match queue {
+            Some(q) => {
+                if let Some(route) = self.queues.get(q) {
+                    route.wake.notify_one();
+                }
+            }
+            None => self.queues.values().for_each(|r| r.wake.notify_one()),
+        }
     }
 
     /// The store behind the queues.
@@ -73,10 +98,10 @@ impl QueueRouter {
 #[async_trait]
 impl Enqueuer for QueueRouter {
     async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
-        let Some(wake) = self.wake.get(queue) else {
+        let Some(route) = self.queues.get(queue) else {
             return Err(EnqueueError::UnknownQueue {
                 queue: queue.to_string(),
-                known: self.wake.keys().cloned().collect::<Vec<_>>().join(", "),
+                known: self.queues.keys().cloned().collect::<Vec<_>>().join(", "),
             });
         };
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&message.payload) {
@@ -85,8 +110,10 @@ impl Enqueuer for QueueRouter {
                 reason: e.to_string(),
             });
         }
-        let done = self.store.enqueue(queue, message).await?;
-        wake.notify_one();
+        let done = self.store.enqueue(queue, message, route.idempotent).await?;
+        if done.status != crate::queue::EnqueueStatus::Discarded {
+            route.wake.notify_one();
+        }
         Ok(done)
     }
 }

@@ -50,9 +50,13 @@ impl HealthCheck for StoreHealth {
 /// Start a host for `config`.
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     let config = Arc::new(config);
-    let store = queue::open(&config.storage.url, config.storage.max_connections)
-        .await
-        .with_context(|| format!("opening the queue storage at {}", config.storage.url))?;
+    let store = queue::open(
+        &config.storage.url,
+        config.storage.schema.as_deref(),
+        config.storage.max_connections,
+    )
+    .await
+    .with_context(|| format!("opening the queue storage at {}", config.storage.url))?;
     let registry = Arc::new(
         HandlerRegistry::new(config.clone())
             .map_err(|e| anyhow::anyhow!("{e:#}"))
@@ -100,6 +104,13 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     tracing::info!(%admin_addr, "admin server listening");
 
     let router = Arc::new(QueueRouter::new(store.clone(), &config));
+    let wake_router = router.clone();
+    if let Some(listener) = store.listen(
+        Arc::new(move |queue| wake_router.wake(queue)),
+        shutdown.clone(),
+    ) {
+        background.push(listener);
+    }
     let (settler, settler_task) = Settler::start(store.clone());
     let mut workers = Vec::new();
     for (name, queue_config) in &config.queues {

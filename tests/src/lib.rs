@@ -170,3 +170,59 @@ pub async fn wait_status(
     )
     .await
 }
+
+/// The PostgreSQL server the tests use (`DATABASE_URL`, default: the local `test` database).
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+/// A PostgreSQL schema of its own for one test, dropped when the guard is dropped.
+pub struct PgSchema {
+    /// The schema name.
+    pub name: String,
+}
+
+impl PgSchema {
+    /// A new, uniquely named schema (created by the store on open).
+    pub fn new() -> Self {
+        PgSchema {
+            name: format!("wharf_t_{:016x}", rand_u64()),
+        }
+    }
+}
+
+impl Default for PgSchema {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime: use a thread with its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(&database_url()).await.ok()?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS \"{name}\" CASCADE"
+                )))
+                .execute(&mut conn)
+                .await
+                .ok()
+            })
+        })
+        .join();
+    }
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one((std::process::id(), Instant::now()))
+}

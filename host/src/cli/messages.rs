@@ -64,7 +64,7 @@ pub enum MessagesCommand {
 
 async fn open_store(cli: &Cli) -> anyhow::Result<(crate::Config, Arc<dyn QueueStore>)> {
     let config = load_config(&cli.config)?;
-    let store = queue::open(&config.storage.url, 2)
+    let store = queue::open(&config.storage.url, config.storage.schema.as_deref(), 2)
         .await
         .with_context(|| format!("opening the queue storage at {}", config.storage.url))?;
     Ok((config, store))
@@ -80,6 +80,7 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
         priority: args.priority,
         process_at_ms: args.delay.map(|d| now_ms() + d.as_millis() as i64),
         headers: args.headers.clone(),
+        status: None,
     };
     let done = router.enqueue(&args.queue, message).await?;
     if cli.json {

@@ -13,3 +13,18 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duratio
         ))
     })
 }
+
+/// Like [`deserialize`], for an optional duration where `"none"` means no limit.
+pub fn deserialize_opt<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    if text == "none" {
+        return Ok(None);
+    }
+    humantime::parse_duration(&text).map(Some).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "`{text}` is not a duration ({e}); write e.g. `30m`, `7d`, or `none` for no limit"
+        ))
+    })
+}

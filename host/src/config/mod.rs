@@ -87,6 +87,9 @@ pub struct StorageConfig {
     pub poll_interval: Duration,
     /// Most connections the host keeps to the database.
     pub max_connections: u32,
+    /// PostgreSQL schema holding Wharf's tables (created if missing); default: the
+    /// connection's search path.
+    pub schema: Option<String>,
 }
 
 impl Default for StorageConfig {
@@ -95,6 +98,7 @@ impl Default for StorageConfig {
             url: "sqlite://wharf.db".to_string(),
             poll_interval: Duration::from_millis(250),
             max_connections: 8,
+            schema: None,
         }
     }
 }
@@ -174,6 +178,41 @@ pub struct QueueConfig {
     /// Messages leased per round trip to the store.
     #[serde(default = "QueueConfig::default_batch")]
     pub batch: u32,
+    /// Discard an enqueue whose payload equals (as JSON values) the latest version of the
+    /// message with the same id.
+    #[serde(default)]
+    pub idempotent: bool,
+    /// When a lease expires: `true` makes the message available again (failed once it used
+    /// its last attempt); `false` fails it.
+    #[serde(default = "yes")]
+    pub retry_abandoned: bool,
+    /// How long processed messages and previous versions are kept.
+    #[serde(default)]
+    pub retention: RetentionConfig,
+}
+
+/// `[queues.NAME.retention]`: how long processed messages and history are kept.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Delete processed messages older than this (`"0s"`: keep no age limit... use `count`).
+    #[serde(deserialize_with = "duration::deserialize_opt")]
+    pub age: Option<Duration>,
+    /// Keep at most this many processed messages; `0` deletes them on completion (an
+    /// identified message's processed version is still recorded in its history).
+    pub count: Option<u64>,
+    /// Previous versions kept per identified message.
+    pub history_versions: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            age: Some(Duration::from_secs(7 * 24 * 3600)),
+            count: None,
+            history_versions: 10,
+        }
+    }
 }
 
 impl QueueConfig {
@@ -210,6 +249,9 @@ impl QueueConfig {
             backoff: Self::default_backoff(),
             max_backoff: Self::default_max_backoff(),
             batch: Self::default_batch(),
+            idempotent: false,
+            retry_abandoned: true,
+            retention: RetentionConfig::default(),
         }
     }
 }

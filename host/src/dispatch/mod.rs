@@ -21,7 +21,7 @@ pub use settle::Settler;
 use crate::config::QueueConfig;
 use crate::enqueue::Enqueuer;
 use crate::queue::{
-    Backoff, Disposition, Lease, LeasedMessage, QueueStore, SettleResult, Settlement,
+    Backoff, Disposition, Lease, LeasedMessage, QueueStore, Retention, SettleResult, Settlement,
 };
 use crate::runtime::{HandlerRegistry, LoadedHandler, Message, invoke};
 
@@ -99,12 +99,7 @@ impl QueueWorker {
 
             if Instant::now() >= next_sweep {
                 next_sweep = Instant::now() + sweep_every;
-                match w.store.expire_leases(&w.name, w.config.max_attempts).await {
-                    Ok(0) | Err(_) => {}
-                    Ok(n) => {
-                        tracing::warn!(queue = %w.name, count = n, "returned messages whose lease expired")
-                    }
-                }
+                w.sweep().await;
             }
 
             let lease_ms = w.config.lease.as_millis() as i64;
@@ -161,10 +156,7 @@ impl QueueWorker {
         if !leftover.is_empty() {
             let releases: Vec<Settlement> = leftover
                 .iter()
-                .map(|lease| Settlement {
-                    lease: *lease,
-                    disposition: Disposition::Release,
-                })
+                .map(|lease| Settlement::new(*lease, Disposition::Release))
                 .collect();
             match w.store.settle(&releases).await {
                 Ok(_) => {
@@ -177,6 +169,42 @@ impl QueueWorker {
         }
     }
 }
+
+impl QueueWorker {
+    /// Housekeeping between leases: expired leases, then retention.
+    async fn sweep(&self) {
+        let c = &self.config;
+        match self
+            .store
+            .expire_leases(&self.name, c.max_attempts, c.retry_abandoned)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::warn!(queue = %self.name, count = n, "handled messages whose lease expired")
+            }
+            Err(e) => tracing::debug!(queue = %self.name, "expired-lease sweep failed: {e}"),
+        }
+        let retention = Retention {
+            max_age_ms: c.retention.age.map(|d| d.as_millis() as i64),
+            max_count: c.retention.count,
+            history_versions: c.retention.history_versions,
+        };
+        for _ in 0..10 {
+            match self.store.purge(&self.name, &retention, PURGE_BATCH).await {
+                Ok(n) if n == u64::from(PURGE_BATCH) => continue,
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::debug!(queue = %self.name, "retention pass failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Most processed messages deleted per retention statement.
+const PURGE_BATCH: u32 = 1000;
 
 async fn process(
     shared: Arc<Shared>,
@@ -222,7 +250,16 @@ async fn process(
         }
         Disposition::Release => {}
     }
-    match w.settler.settle(Settlement { lease, disposition }).await {
+    let keep_processed = w.config.retention.count != Some(0);
+    match w
+        .settler
+        .settle(Settlement {
+            lease,
+            disposition,
+            keep_processed,
+        })
+        .await
+    {
         Ok(SettleResult::Applied) => {}
         Ok(SettleResult::LeaseLost) => {
             tracing::warn!(queue = %w.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied")

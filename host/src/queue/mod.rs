@@ -6,18 +6,25 @@
 //! earliest processing date first; then first enqueued first.
 
 mod backoff;
+mod payload;
+mod plan;
+mod postgres;
 mod sqlite;
 mod status;
 mod types;
 
 use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
+pub use payload::canonical_hash;
+pub use plan::{Existing, Plan, destination, plan};
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use status::Status;
 pub use types::{
-    Disposition, EnqueueStatus, Enqueued, Lease, LeasedMessage, MessageFilter, NewMessage,
-    SettleResult, Settlement, StoredMessage,
+    Disposition, EnqueueStatus, Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter,
+    NewMessage, NextVersion, Retention, Selector, SettleResult, Settlement, StoredMessage,
 };
 
 /// A failure of the queue store.
@@ -29,6 +36,9 @@ pub enum QueueError {
     /// The schema could not be brought up to date.
     #[error("queue storage migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A concurrent change kept the operation from completing.
+    #[error("queue storage: {0}")]
+    Conflict(String),
     /// A stored value could not be decoded.
     #[error("queue storage holds a corrupt value in {what}: {reason}")]
     Corrupt {
@@ -47,11 +57,23 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A new random delivery id (128 bits, hex).
+pub fn new_delivery_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// Storage of queue messages. Every method is safe to call from several processes at once.
 #[async_trait]
 pub trait QueueStore: Send + Sync + 'static {
-    /// Add a message, or update the message with the same id in that queue.
-    async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, QueueError>;
+    /// Add a message, or apply it to the message with the same id in that queue: replace it,
+    /// defer it behind the current lease (AwaitingRelease), or — in an `idempotent` queue,
+    /// when the values are equal — discard it.
+    async fn enqueue(
+        &self,
+        queue: &str,
+        message: NewMessage,
+        idempotent: bool,
+    ) -> Result<Enqueued, QueueError>;
 
     /// Lease up to `max` ready messages of `queue`, each until `lease_ms` from now, in
     /// priority order. Every lease carries a new fencing token.
@@ -63,12 +85,28 @@ pub trait QueueStore: Send + Sync + 'static {
     ) -> Result<Vec<LeasedMessage>, QueueError>;
 
     /// Apply the outcomes of several leases in one round trip. A lease that expired and was
-    /// taken over elsewhere is not applied ([`SettleResult::LeaseLost`]).
+    /// taken over elsewhere is not applied ([`SettleResult::LeaseLost`]). A message that was
+    /// re-enqueued while leased takes its newer version instead of this outcome.
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError>;
 
-    /// Return messages whose lease expired to pending (or to failed when they used their
-    /// last attempt). Returns how many were returned.
-    async fn expire_leases(&self, queue: &str, max_attempts: u32) -> Result<u64, QueueError>;
+    /// Handle messages whose lease expired: with `retry_abandoned`, back to pending (failed
+    /// when they used their last attempt), otherwise failed. A newer version waiting for
+    /// release is applied. Returns how many were handled.
+    async fn expire_leases(
+        &self,
+        queue: &str,
+        max_attempts: u32,
+        retry_abandoned: bool,
+    ) -> Result<u64, QueueError>;
+
+    /// Delete processed messages beyond the retention (at most `batch` per call; identified
+    /// ones are recorded in history first) and prune history. Returns how many were deleted.
+    async fn purge(
+        &self,
+        queue: &str,
+        retention: &Retention,
+        batch: u32,
+    ) -> Result<u64, QueueError>;
 
     /// One message by its key.
     async fn get(&self, key: i64) -> Result<Option<StoredMessage>, QueueError>;
@@ -76,19 +114,55 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Messages matching a filter, newest first.
     async fn list(&self, filter: &MessageFilter) -> Result<Vec<StoredMessage>, QueueError>;
 
+    /// Previous versions of the identified message `id` in `queue`, oldest first.
+    async fn history(&self, queue: &str, id: &str) -> Result<Vec<HistoryEntry>, QueueError>;
+
     /// Number of messages per status in a queue.
     async fn counts(&self, queue: &str) -> Result<Vec<(Status, u64)>, QueueError>;
 
+    /// Make selected messages ready now, attempts reset, as a new delivery. Messages being
+    /// processed are skipped. Returns how many were changed.
+    async fn retry(&self, selector: &Selector) -> Result<u64, QueueError>;
+
+    /// Move a message that is not being processed to `status`. Returns whether it moved.
+    async fn move_to(&self, key: i64, status: &Status) -> Result<bool, QueueError>;
+
+    /// Delete a message that is not being processed. Returns whether it was deleted.
+    async fn delete(&self, key: i64) -> Result<bool, QueueError>;
+
     /// Check the store answers.
     async fn ping(&self) -> Result<(), QueueError>;
+
+    /// Call `wake(Some(queue))` whenever a message of that queue becomes ready in any
+    /// process (`wake(None)`: possibly any queue), until `shutdown`. Stores without
+    /// notifications return `None` and processors rely on polling.
+    fn listen(
+        &self,
+        wake: WakeFn,
+        shutdown: CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let _ = (wake, shutdown);
+        None
+    }
 }
 
-/// Open the store a storage URL names, creating and migrating its schema.
+/// The callback [`QueueStore::listen`] calls.
+pub type WakeFn = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
+
+/// Open the store a storage URL names (`sqlite://…` or `postgres://…`), creating and
+/// migrating its schema.
 pub async fn open(
     url: &str,
+    schema: Option<&str>,
     max_connections: u32,
 ) -> Result<std::sync::Arc<dyn QueueStore>, QueueError> {
-    Ok(std::sync::Arc::new(
-        SqliteStore::open(url, max_connections).await?,
-    ))
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(std::sync::Arc::new(
+            PostgresStore::open_in_schema(url, schema, max_connections).await?,
+        ))
+    } else {
+        Ok(std::sync::Arc::new(
+            SqliteStore::open(url, max_connections).await?,
+        ))
+    }
 }

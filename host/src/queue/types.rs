@@ -17,6 +17,9 @@ pub struct NewMessage {
     pub process_at_ms: Option<i64>,
     /// Producer metadata.
     pub headers: Vec<(String, String)>,
+    /// A custom status to store the message in (kept, not processed, until moved); `None`
+    /// means pending, or sleeping when `process_at_ms` is in the future.
+    pub status: Option<Status>,
 }
 
 /// What an enqueue did.
@@ -100,6 +103,79 @@ pub struct Settlement {
     pub lease: Lease,
     /// What to do.
     pub disposition: Disposition,
+    /// On completion, keep the processed message (false when the queue's retention count
+    /// is zero: it is deleted at once, an identified one recorded in history first).
+    pub keep_processed: bool,
+}
+
+impl Settlement {
+    /// A settlement that keeps processed messages.
+    pub fn new(lease: Lease, disposition: Disposition) -> Self {
+        Settlement {
+            lease,
+            disposition,
+            keep_processed: true,
+        }
+    }
+}
+
+/// A previous version of an identified message.
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryEntry {
+    /// The message's queue.
+    pub queue: String,
+    /// The message's id.
+    pub id: String,
+    /// The key of the message row it was recorded from.
+    pub message_key: i64,
+    /// Version number of the message at the time.
+    pub version: i64,
+    /// Its delivery id.
+    pub delivery_id: String,
+    /// Its payload.
+    pub payload: String,
+    /// Its headers.
+    pub headers: Vec<(String, String)>,
+    /// Its priority.
+    pub priority: i32,
+    /// The status it had when it was superseded (e.g. processed, failed, pending).
+    #[serde(serialize_with = "status_name")]
+    pub status: Status,
+    /// Attempts it had used.
+    pub attempts: u32,
+    /// Its last error.
+    pub last_error: Option<String>,
+    /// When it was enqueued (Unix ms).
+    pub enqueued_at_ms: i64,
+    /// When it was processed (Unix ms), if it was.
+    pub processed_at_ms: Option<i64>,
+    /// When it was recorded (Unix ms).
+    pub recorded_at_ms: i64,
+}
+
+/// How long processed messages and history are kept, per queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Delete processed messages older than this many milliseconds.
+    pub max_age_ms: Option<i64>,
+    /// Keep at most this many processed messages (newest first).
+    pub max_count: Option<u64>,
+    /// Versions of history kept per identified message.
+    pub history_versions: u32,
+}
+
+/// Which messages a management command applies to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Selector {
+    /// One message by key.
+    Key(i64),
+    /// Every message of a queue in a status.
+    QueueStatus {
+        /// The queue.
+        queue: String,
+        /// The status.
+        status: Status,
+    },
 }
 
 /// Whether a settlement was applied.
@@ -147,6 +223,23 @@ pub struct StoredMessage {
     pub lease_expires_at_ms: Option<i64>,
     /// The last error, kept through retries and in the failed status.
     pub last_error: Option<String>,
+    /// Version number: 1 when added, incremented by every update.
+    pub version: i64,
+    /// The version enqueued while the message was leased, applied on release.
+    pub next: Option<NextVersion>,
+}
+
+/// A version waiting for the current processor to release the message.
+#[derive(Debug, Clone, Serialize)]
+pub struct NextVersion {
+    /// Its payload.
+    pub payload: String,
+    /// Its priority.
+    pub priority: i32,
+    /// Its processing date (Unix ms).
+    pub process_at_ms: i64,
+    /// The custom status it goes to, if any.
+    pub status: Option<String>,
 }
 
 fn status_name<S: serde::Serializer>(status: &Status, s: S) -> Result<S::Ok, S::Error> {

@@ -127,6 +127,7 @@ impl wharf::handler::host::Host for HostState {
             priority: options.priority.unwrap_or(0),
             process_at_ms: options.delay_ms.map(|d| now_ms() + d as i64),
             headers: options.headers,
+            status: None,
         };
         match self.enqueuer.enqueue(&queue, message).await {
             Ok(done) => {

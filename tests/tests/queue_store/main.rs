@@ -1,0 +1,121 @@
+//! The `QueueStore` contract, written once and run unchanged against every store: SQLite
+//! (a fresh file per test) and PostgreSQL (a fresh schema per test), so tests run in parallel.
+
+mod awaiting_release;
+mod identity;
+mod leases;
+mod management;
+mod retention;
+
+use std::sync::Arc;
+
+use wharf_host::queue::{
+    Disposition, Lease, NewMessage, PostgresStore, QueueStore, SettleResult, Settlement,
+    SqliteStore, Status,
+};
+use wharf_tests::{PgSchema, database_url};
+
+/// A store for one test, with whatever keeps its database alive.
+pub struct Subject {
+    pub store: Arc<dyn QueueStore>,
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+pub async fn sqlite() -> Subject {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("queue.db").display());
+    Subject {
+        store: Arc::new(SqliteStore::open(&url, 4).await.unwrap()),
+        _guard: Box::new(dir),
+    }
+}
+
+pub async fn postgres() -> Subject {
+    let schema = PgSchema::new();
+    let store = PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 8)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {} (set DATABASE_URL): {e}", database_url()));
+    Subject {
+        store: Arc::new(store),
+        _guard: Box::new(schema),
+    }
+}
+
+pub fn message(id: Option<&str>, payload: &str) -> NewMessage {
+    NewMessage {
+        id: id.map(str::to_string),
+        payload: payload.to_string(),
+        ..NewMessage::default()
+    }
+}
+
+pub async fn settle(
+    store: &Arc<dyn QueueStore>,
+    lease: Lease,
+    disposition: Disposition,
+) -> SettleResult {
+    store
+        .settle(&[Settlement::new(lease, disposition)])
+        .await
+        .unwrap()[0]
+}
+
+pub async fn status_of(store: &Arc<dyn QueueStore>, key: i64) -> Status {
+    store
+        .get(key)
+        .await
+        .unwrap()
+        .expect("message exists")
+        .status
+}
+
+/// Declare one `#[tokio::test]` per contract function, for one store.
+macro_rules! for_store {
+    ($store:ident: $($module:ident::$test:ident),* $(,)?) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let subject = super::$store().await;
+                    super::$module::$test(subject.store.clone()).await;
+                }
+            )*
+        }
+    };
+}
+
+/// Every contract test, for every store.
+macro_rules! conformance {
+    ($($store:ident),*) => {
+        $(
+            for_store!($store:
+                leases::fencing_rejects_a_stale_lease,
+                leases::expired_lease_on_the_last_attempt_fails,
+                leases::abandoned_without_retry_fails,
+                leases::release_does_not_count_the_attempt,
+                leases::priority_then_date_then_fifo,
+                leases::scheduled_messages_wait_for_their_date,
+                leases::retries_sleep_until_due,
+                identity::same_id_updates_instead_of_adding,
+                identity::concurrent_enqueues_of_one_id_leave_one_row,
+                identity::idempotent_discards_equal_json_values,
+                identity::custom_status_is_kept_until_moved,
+                awaiting_release::enqueue_while_leased_waits_for_release,
+                awaiting_release::future_destination_sleeps_and_past_is_ready,
+                awaiting_release::custom_destination_keeps_its_status,
+                awaiting_release::older_outcomes_do_not_overwrite_the_newer_enqueue,
+                awaiting_release::further_enqueues_replace_the_deferred_values,
+                awaiting_release::idempotent_compares_with_the_deferred_version,
+                awaiting_release::abandonment_with_retry_applies_the_newer_version,
+                awaiting_release::abandonment_without_retry_fails_the_newer_version,
+                retention::retention_zero_still_records_the_previous_version,
+                retention::purge_by_age_and_count_is_bounded,
+                retention::history_keeps_the_newest_versions,
+                management::retry_resubmits_failed_messages,
+                management::move_and_delete_skip_leased_messages,
+            );
+        )*
+    };
+}
+
+conformance!(sqlite, postgres);

@@ -1,0 +1,75 @@
+//! Operator commands: retry, move, delete.
+
+use std::sync::Arc;
+
+use wharf_host::queue::{Disposition, QueueStore, Selector, Status};
+
+use super::{message, settle, status_of};
+
+pub async fn retry_resubmits_failed_messages(store: Arc<dyn QueueStore>) {
+    let mut keys = Vec::new();
+    for n in 0..3 {
+        keys.push(
+            store
+                .enqueue("q", message(None, &format!("{{\"n\":{n}}}")), false)
+                .await
+                .unwrap()
+                .key,
+        );
+    }
+    for m in store.lease("q", 10, 30_000).await.unwrap() {
+        settle(
+            &store,
+            m.lease,
+            Disposition::Fail {
+                error: "bad".into(),
+            },
+        )
+        .await;
+    }
+    let before = store.get(keys[0]).await.unwrap().unwrap();
+    assert_eq!(store.retry(&Selector::Key(keys[0])).await.unwrap(), 1);
+    let after = store.get(keys[0]).await.unwrap().unwrap();
+    assert_eq!((after.status, after.attempts), (Status::Pending, 0));
+    assert_ne!(
+        after.delivery_id, before.delivery_id,
+        "a resubmission is a new delivery"
+    );
+    let all_failed = Selector::QueueStatus {
+        queue: "q".into(),
+        status: Status::Failed,
+    };
+    assert_eq!(store.retry(&all_failed).await.unwrap(), 2);
+    assert_eq!(store.counts("q").await.unwrap(), vec![(Status::Pending, 3)]);
+}
+
+pub async fn move_and_delete_skip_leased_messages(store: Arc<dyn QueueStore>) {
+    let a = store
+        .enqueue("q", message(None, "{}"), false)
+        .await
+        .unwrap();
+    store.lease("q", 1, 30_000).await.unwrap();
+    let b = store
+        .enqueue("q", message(None, "{}"), false)
+        .await
+        .unwrap();
+    assert!(
+        !store.move_to(a.key, &Status::Failed).await.unwrap(),
+        "a leased message is not moved"
+    );
+    assert!(!store.delete(a.key).await.unwrap(), "nor deleted");
+    assert_eq!(
+        store.retry(&Selector::Key(a.key)).await.unwrap(),
+        0,
+        "nor resubmitted"
+    );
+    assert_eq!(status_of(&store, a.key).await, Status::Processing);
+    assert!(
+        store
+            .move_to(b.key, &Status::Custom("parked".into()))
+            .await
+            .unwrap()
+    );
+    assert!(store.delete(b.key).await.unwrap());
+    assert!(store.get(b.key).await.unwrap().is_none());
+}
