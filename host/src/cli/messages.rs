@@ -10,16 +10,29 @@ use clap::{Args, Subcommand};
 use super::format::{clip, print_json, table, time};
 use super::{Cli, load_config};
 use crate::enqueue::{Enqueuer, QueueRouter};
-use crate::queue::{self, MessageFilter, NewMessage, QueueStore, Status, now_ms};
+use crate::queue::{self, MessageFilter, NewMessage, QueueStore, Selector, Status, now_ms};
 
-/// `wharf enqueue QUEUE JSON …`.
+/// `wharf enqueue QUEUE JSON …` or `wharf enqueue QUEUE --file messages.jsonl`.
 #[derive(Debug, Args)]
 pub struct EnqueueArgs {
     /// Target queue.
     pub queue: String,
     /// The message JSON.
-    #[arg(value_name = "JSON")]
-    pub payload: String,
+    #[arg(
+        value_name = "JSON",
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
+    pub payload: Option<String>,
+    /// Enqueue every line of a JSON Lines file (one message payload per line).
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub file: Option<std::path::PathBuf>,
+    /// With --file: take each message's id from this JSON pointer (e.g. `/order_id`).
+    #[arg(long, value_name = "POINTER", requires = "file")]
+    pub id_from: Option<String>,
+    /// Store the message in this custom status (kept, not processed, until moved).
+    #[arg(long)]
+    pub status: Option<String>,
     /// Message identity: an existing message with this id is updated instead.
     #[arg(long)]
     pub id: Option<String>,
@@ -60,6 +73,43 @@ pub enum MessagesCommand {
         /// The message key (first column of `messages list`).
         key: i64,
     },
+    /// Make messages ready again now, attempts reset: one by key, or all of a queue in a
+    /// status (default status: failed).
+    Retry {
+        /// The message key.
+        #[arg(required_unless_present = "queue", conflicts_with = "queue")]
+        key: Option<i64>,
+        /// Every message of this queue in `--status`.
+        #[arg(long)]
+        queue: Option<String>,
+        /// With --queue: the status to retry.
+        #[arg(long, default_value = "failed", requires = "queue")]
+        status: String,
+    },
+    /// Delete a message (not while it is being processed).
+    Delete {
+        /// The message key.
+        key: i64,
+    },
+    /// Move a message to another status, e.g. `pending`, `failed` or a custom one.
+    Move {
+        /// The message key.
+        key: i64,
+        /// The new status.
+        status: String,
+    },
+    /// Previous versions of an identified message.
+    History {
+        /// The key of the message (or use --queue and --id).
+        #[arg(required_unless_present = "id", conflicts_with = "id")]
+        key: Option<i64>,
+        /// The message's queue.
+        #[arg(long, requires = "id")]
+        queue: Option<String>,
+        /// The message's id.
+        #[arg(long, requires = "queue")]
+        id: Option<String>,
+    },
 }
 
 async fn open_store(cli: &Cli) -> anyhow::Result<(crate::Config, Arc<dyn QueueStore>)> {
@@ -74,13 +124,28 @@ async fn open_store(cli: &Cli) -> anyhow::Result<(crate::Config, Arc<dyn QueueSt
 pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> {
     let (config, store) = open_store(cli).await?;
     let router = QueueRouter::new(store, &config);
-    let message = NewMessage {
+    let template = NewMessage {
         id: args.id.clone(),
-        payload: args.payload.clone(),
+        payload: String::new(),
         priority: args.priority,
         process_at_ms: args.delay.map(|d| now_ms() + d.as_millis() as i64),
         headers: args.headers.clone(),
-        status: None,
+        status: args.status.as_deref().map(parse_status).transpose()?,
+    };
+    if let Some(file) = &args.file {
+        return super::bulk::enqueue_file(
+            cli,
+            Arc::new(router),
+            &args.queue,
+            file,
+            args.id_from.as_deref(),
+            template,
+        )
+        .await;
+    }
+    let message = NewMessage {
+        payload: args.payload.clone().unwrap_or_default(),
+        ..template
     };
     let done = router.enqueue(&args.queue, message).await?;
     if cli.json {
@@ -96,10 +161,107 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
+/// A status named on the command line; `processing` and `awaiting-release` belong to the
+/// host and cannot be set by hand.
+fn parse_status(name: &str) -> anyhow::Result<Status> {
+    let status = Status::parse(name);
+    if matches!(status, Status::Processing | Status::AwaitingRelease)
+        || !crate::config::is_valid_name(name)
+    {
+        anyhow::bail!(
+            "`{name}` cannot be set by hand: use pending, failed, sleeping, processed or a custom name"
+        );
+    }
+    Ok(status)
+}
+
+/// Print how many messages a command changed, or fail when it changed none.
+fn report(cli: &Cli, what: &str, changed: u64) -> anyhow::Result<ExitCode> {
+    if cli.json {
+        print_json(&serde_json::json!({ "changed": changed }))?;
+    } else {
+        println!("{what}: {changed} message(s)");
+    }
+    Ok(if changed == 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 /// `wharf messages …`.
 pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
     let (_, store) = open_store(cli).await?;
     match cmd {
+        MessagesCommand::Retry { key, queue, status } => {
+            let selector = match (key, queue) {
+                (Some(key), _) => Selector::Key(*key),
+                (None, Some(queue)) => Selector::QueueStatus {
+                    queue: queue.clone(),
+                    status: parse_status(status)?,
+                },
+                (None, None) => anyhow::bail!("give a message key or --queue"),
+            };
+            let changed = store.retry(&selector).await?;
+            return report(cli, "made ready again", changed);
+        }
+        MessagesCommand::Delete { key } => {
+            let changed = u64::from(store.delete(*key).await?);
+            if changed == 0 {
+                eprintln!("error: no message with key {key}, or it is being processed");
+            }
+            return report(cli, "deleted", changed);
+        }
+        MessagesCommand::Move { key, status } => {
+            let changed = u64::from(store.move_to(*key, &parse_status(status)?).await?);
+            if changed == 0 {
+                eprintln!("error: no message with key {key}, or it is being processed");
+            }
+            return report(cli, &format!("moved to {status}"), changed);
+        }
+        MessagesCommand::History { key, queue, id } => {
+            let (queue, id) = match (key, queue, id) {
+                (Some(key), _, _) => {
+                    let m = store
+                        .get(*key)
+                        .await?
+                        .ok_or_else(|| anyhow::anyhow!("no message with key {key}"))?;
+                    let id = m.id.ok_or_else(|| {
+                        anyhow::anyhow!("message {key} has no id, so it has no history")
+                    })?;
+                    (m.queue, id)
+                }
+                (None, Some(q), Some(i)) => (q.clone(), i.clone()),
+                _ => anyhow::bail!("give a message key, or --queue and --id"),
+            };
+            let history = store.history(&queue, &id).await?;
+            if cli.json {
+                print_json(&history)?;
+            } else {
+                let mut t = table(&[
+                    "version",
+                    "status",
+                    "attempts",
+                    "enqueued at",
+                    "recorded at",
+                    "payload",
+                    "last error",
+                ]);
+                for h in &history {
+                    t.add_row(vec![
+                        h.version.to_string(),
+                        h.status.to_string(),
+                        h.attempts.to_string(),
+                        time(h.enqueued_at_ms),
+                        time(h.recorded_at_ms),
+                        clip(&h.payload, 40),
+                        clip(h.last_error.as_deref().unwrap_or(""), 40),
+                    ]);
+                }
+                println!("{t}");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         MessagesCommand::List {
             queue,
             status,
@@ -168,6 +330,14 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
                     ("headers", serde_json::to_string(&m.headers)?),
                     ("payload", m.payload.clone()),
                     ("last error", m.last_error.clone().unwrap_or_default()),
+                    ("version", m.version.to_string()),
+                    (
+                        "waiting version",
+                        m.next
+                            .as_ref()
+                            .map(|n| n.payload.clone())
+                            .unwrap_or_default(),
+                    ),
                 ] {
                     t.add_row(vec![k.to_string(), v]);
                 }

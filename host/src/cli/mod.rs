@@ -1,6 +1,7 @@
 //! The `wharf` command line: `run`, `enqueue`, `messages list|show`, `handlers list`,
 //! `config check`. Human-readable tables by default, `--json` for scripts.
 
+mod bulk;
 mod format;
 mod handlers;
 mod messages;

@@ -1,22 +1,56 @@
 //! The `wharf` binary: config errors name the key, `run` stops cleanly on SIGTERM, and the
-//! CLI enqueues, lists and shows messages.
+//! CLI enqueues, lists, shows and manages messages.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
-
-use wharf_tests::{TestDir, wait_for};
+use std::time::{Duration, Instant};
 
 fn wharf() -> PathBuf {
-    // Integration tests live in target/<profile>/deps; the binary is in target/<profile>.
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().parent().unwrap().join("wharf");
-    assert!(
-        bin.exists(),
-        "{} is missing: build the workspace (cargo build --workspace)",
-        bin.display()
-    );
-    bin
+    PathBuf::from(env!("CARGO_BIN_EXE_wharf"))
+}
+
+/// A temporary host directory with a `handlers/` folder.
+struct TestDir {
+    dir: tempfile::TempDir,
+}
+
+impl TestDir {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("handlers")).unwrap();
+        TestDir { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Deploy the built guest `crate_name` as handler `name`.
+    fn deploy(&self, name: &str, crate_name: &str) {
+        let guest = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sample-handlers/target/wasm32-wasip2/release")
+            .join(format!("{crate_name}.wasm"));
+        assert!(
+            guest.exists(),
+            "{} is missing: run `cargo xtask guests`",
+            guest.display()
+        );
+        std::fs::copy(guest, self.path(&format!("handlers/{name}.wasm"))).unwrap();
+    }
+}
+
+fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn run(dir: &TestDir, args: &[&str]) -> (i32, String, String) {
@@ -135,16 +169,11 @@ fn cli_enqueues_and_shows_messages_and_run_stops_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(wait_for(
-        Duration::from_secs(30),
-        "the message to fail",
-        || async {
-            let (_, stdout, _) = run(&dir, &["messages", "show", "1", "--json"]);
-            let v: serde_json::Value = serde_json::from_str(&stdout).ok()?;
-            (v["status"] == "failed").then_some(v)
-        },
-    ));
+    wait_for("the message to fail", || {
+        let (_, stdout, _) = run(&dir, &["messages", "show", "1", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&stdout).ok()?;
+        (v["status"] == "failed").then_some(v)
+    });
     let (_, stdout, _) = run(&dir, &["messages", "list", "--status", "failed"]);
     assert!(
         stdout.contains("order-1") && stdout.contains("permanent error: still no sku"),
@@ -167,7 +196,7 @@ fn cli_enqueues_and_shows_messages_and_run_stops_on_sigterm() {
         .status()
         .unwrap();
     assert!(status.success());
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let exit = loop {
         if let Some(exit) = child.try_wait().unwrap() {
             break exit;
@@ -194,4 +223,109 @@ fn http_get(port: u16, path: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
+}
+
+#[test]
+fn cli_manages_messages_and_imports_json_lines() {
+    let dir = TestDir::new();
+    std::fs::write(
+        dir.path("wharf.toml"),
+        "[queues.work]\nhandler = \"flaky\"\nidempotent = true\n",
+    )
+    .unwrap();
+    // A bad line stops the import before anything is enqueued, naming the line.
+    std::fs::write(dir.path("bad.jsonl"), "{\"order_id\":\"a\"}\n{oops\n").unwrap();
+    let (code, _, stderr) = run(&dir, &["enqueue", "work", "--file", "bad.jsonl"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("bad.jsonl:2: not valid JSON; nothing was enqueued"),
+        "{stderr}"
+    );
+    let (_, stdout, _) = run(&dir, &["messages", "list", "--json"]);
+    assert_eq!(stdout.trim(), "[]");
+    // Ids taken from the payload; an identical line in an idempotent queue is discarded.
+    let lines = "{\"order_id\":\"a\",\"n\":1}\n\n{\"order_id\":\"b\",\"n\":2}\n{\"n\":1, \"order_id\":\"a\"}\n{\"order_id\":\"a\",\"n\":3}\n";
+    std::fs::write(dir.path("orders.jsonl"), lines).unwrap();
+    let (code, stdout, stderr) = run(
+        &dir,
+        &[
+            "enqueue",
+            "work",
+            "--file",
+            "orders.jsonl",
+            "--id-from",
+            "/order_id",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        summary["added"].as_u64().unwrap()
+            + summary["updated"].as_u64().unwrap()
+            + summary["discarded"].as_u64().unwrap(),
+        4
+    );
+    assert_eq!(summary["added"], 2);
+    let (_, stdout, _) = run(&dir, &["messages", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 2, "one message per id");
+    let a = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "a")
+        .unwrap();
+    assert!(
+        a["payload"].as_str().unwrap().contains("\"n\":3"),
+        "the last line for `a` wins"
+    );
+    let key = a["key"].to_string();
+    // Earlier versions of `a` are readable.
+    let (code, stdout, _) = run(&dir, &["messages", "history", &key, "--json"]);
+    assert_eq!(code, 0);
+    let history: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(!history.as_array().unwrap().is_empty());
+    // Park it, list by the custom status, resubmit, delete.
+    let (code, stdout, _) = run(&dir, &["messages", "move", &key, "parked"]);
+    assert_eq!(code, 0, "{stdout}");
+    let (_, stdout, _) = run(&dir, &["messages", "list", "--status", "parked", "--json"]);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let (code, _, stderr) = run(&dir, &["messages", "move", &key, "processing"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("cannot be set by hand"), "{stderr}");
+    let (code, stdout, _) = run(
+        &dir,
+        &["messages", "retry", "--queue", "work", "--status", "parked"],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("made ready again: 1 message(s)"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = run(&dir, &["messages", "delete", &key]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("deleted: 1"), "{stdout}");
+    let (code, _, stderr) = run(&dir, &["messages", "delete", &key]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("no message with key"), "{stderr}");
+    // A single enqueue into the idempotent queue reports the discard.
+    let (_, stdout, _) = run(
+        &dir,
+        &[
+            "enqueue",
+            "work",
+            "{\"order_id\":\"b\",\"n\":2}",
+            "--id",
+            "b",
+        ],
+    );
+    assert!(stdout.contains("discarded"), "{stdout}");
 }

@@ -1,0 +1,121 @@
+//! `wharf enqueue QUEUE --file messages.jsonl`: every line is one message payload (lines with
+//! the same id are applied in file order). The whole
+//! file is checked first (a bad line stops the import before anything is enqueued, naming
+//! the line), then enqueued with a progress bar.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::Cli;
+use super::format::print_json;
+use crate::enqueue::{Enqueuer, QueueRouter};
+use crate::queue::{EnqueueStatus, NewMessage};
+
+/// Producers enqueueing at once.
+const PARALLEL: usize = 8;
+
+/// Enqueue every line of `file` into `queue`, each based on `template`.
+pub async fn enqueue_file(
+    cli: &Cli,
+    router: Arc<QueueRouter>,
+    queue: &str,
+    file: &Path,
+    id_from: Option<&str>,
+    template: NewMessage,
+) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let mut messages = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value = serde_json::from_str(line).with_context(|| {
+            format!(
+                "{}:{}: not valid JSON; nothing was enqueued",
+                file.display(),
+                n + 1
+            )
+        })?;
+        let id = match id_from {
+            None => template.id.clone(),
+            Some(pointer) => match value.pointer(pointer) {
+                Some(serde_json::Value::String(s)) => Some(s.clone()),
+                Some(v @ serde_json::Value::Number(_)) => Some(v.to_string()),
+                _ => bail!(
+                    "{}:{}: no string or number at `{pointer}`; nothing was enqueued",
+                    file.display(),
+                    n + 1
+                ),
+            },
+        };
+        messages.push(NewMessage {
+            id,
+            payload: line.to_string(),
+            ..template.clone()
+        });
+    }
+    let total = messages.len() as u64;
+    let bar = ProgressBar::new(total).with_style(
+        ProgressStyle::with_template(
+            "{spinner} {bar:40} {pos}/{len} messages ({per_sec}, eta {eta})",
+        )
+        .expect("valid progress template"),
+    );
+    let queue: Arc<str> = Arc::from(queue);
+    // Messages with the same id go to the same producer, in file order, so the last line for
+    // an id is the version that stays; messages without an id are spread evenly.
+    let mut chunks: Vec<Vec<NewMessage>> = (0..PARALLEL).map(|_| Vec::new()).collect();
+    for (n, message) in messages.into_iter().enumerate() {
+        let slot = match &message.id {
+            Some(id) => {
+                use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+                BuildHasherDefault::<DefaultHasher>::default().hash_one(id) as usize % PARALLEL
+            }
+            None => n % PARALLEL,
+        };
+        chunks[slot].push(message);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in chunks {
+        let (router, queue, bar) = (router.clone(), queue.clone(), bar.clone());
+        tasks.spawn(async move {
+            let mut counts = [0u64; 3];
+            for message in chunk {
+                let done = router.enqueue(&queue, message).await?;
+                let slot = match done.status {
+                    EnqueueStatus::Added => 0,
+                    EnqueueStatus::Updated => 1,
+                    EnqueueStatus::Discarded => 2,
+                };
+                counts[slot] += 1;
+                bar.inc(1);
+            }
+            Ok::<_, crate::enqueue::EnqueueError>(counts)
+        });
+    }
+    let mut counts = [0u64; 3];
+    while let Some(result) = tasks.join_next().await {
+        let part = result??;
+        for (total, n) in counts.iter_mut().zip(part) {
+            *total += n;
+        }
+    }
+    bar.finish_and_clear();
+    let [added, updated, discarded] = counts;
+    if cli.json {
+        print_json(
+            &serde_json::json!({ "added": added, "updated": updated, "discarded": discarded }),
+        )?;
+    } else {
+        println!(
+            "{total} messages from {}: {added} added, {updated} updated, {discarded} discarded",
+            file.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
