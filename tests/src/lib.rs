@@ -74,11 +74,19 @@ impl TestDir {
         std::fs::rename(&tmp, self.handler_path(name)).expect("renaming handler into place");
     }
 
-    /// Write `wharf.toml`: test-friendly `[host]`/`[storage]` settings followed by `queues`
-    /// (TOML text with `[queues.NAME]` tables).
+    /// Write `wharf.toml`: test-friendly `[host]`/`[storage]` settings (SQLite) followed by
+    /// `queues` (TOML text with `[queues.NAME]` tables).
     pub fn write_config(&self, queues: &str) -> PathBuf {
+        self.write_config_with_storage(
+            "url = \"sqlite://wharf.db\"\npoll_interval = \"20ms\"",
+            queues,
+        )
+    }
+
+    /// Like [`TestDir::write_config`], with the given `[storage]` body.
+    pub fn write_config_with_storage(&self, storage: &str, queues: &str) -> PathBuf {
         let text = format!(
-            "[host]\nadmin_listen = \"127.0.0.1:0\"\nmax_instances = 32\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\nurl = \"sqlite://wharf.db\"\npoll_interval = \"20ms\"\n\n{queues}"
+            "[host]\nadmin_listen = \"127.0.0.1:0\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{queues}"
         );
         let path = self.path("wharf.toml");
         std::fs::write(&path, text).expect("writing config");
@@ -90,6 +98,21 @@ impl TestDir {
         let path = self.write_config(queues);
         let config = Config::load(&path).unwrap_or_else(|e| panic!("test config is invalid: {e}"));
         wharf_host::start(config).await.expect("host starts")
+    }
+
+    /// Start a host on PostgreSQL, in `schema`, polling only every `poll` (so that prompt
+    /// processing shows notifications at work).
+    pub async fn start_postgres(&self, schema: &PgSchema, poll: &str, queues: &str) -> RunningHost {
+        let storage = format!(
+            "url = \"{}\"\nschema = \"{}\"\npoll_interval = \"{poll}\"",
+            database_url(),
+            schema.name
+        );
+        let path = self.write_config_with_storage(&storage, queues);
+        let config = Config::load(&path).unwrap_or_else(|e| panic!("test config is invalid: {e}"));
+        wharf_host::start(config)
+            .await
+            .expect("host starts on PostgreSQL")
     }
 }
 

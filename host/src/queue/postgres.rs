@@ -39,6 +39,10 @@ impl PostgresStore {
         max_connections: u32,
     ) -> Result<Self, QueueError> {
         let mut options = PgConnectOptions::from_str(url)?;
+        options = options.application_name(&match schema {
+            Some(schema) => format!("wharf:{schema}"),
+            None => "wharf".to_string(),
+        });
         if let Some(schema) = schema {
             let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
             let bootstrap = PgPoolOptions::new()
