@@ -4,6 +4,7 @@
 //! works the same on a fresh machine and in CI.
 
 mod demo;
+mod services;
 mod tools;
 
 use anyhow::Result;
@@ -48,6 +49,7 @@ fn main() -> Result<()> {
         Task::Demo { keep_running } => demo::run(keep_running),
         Task::Test { args } => test(&args),
         Task::Bench { args } => {
+            services::ensure_postgres()?;
             tools::build_guests()?;
             let mut cmd = tools::cargo(&["bench", "--package", "wharf-host"]);
             cmd.args(&args);
@@ -60,6 +62,7 @@ fn main() -> Result<()> {
 
 fn test(args: &[String]) -> Result<()> {
     tools::ensure_nextest()?;
+    services::ensure_postgres()?;
     tools::build_guests()?;
     check_format()?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);

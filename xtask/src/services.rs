@@ -1,0 +1,77 @@
+//! The services the tests talk to: started when not running, installed (Debian packages)
+//! when missing. Skipped for a service whose URL variable points elsewhere than loopback.
+
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::tools::run;
+
+fn listening(addr: &str) -> bool {
+    let addr: SocketAddr = addr.parse().expect("valid socket address");
+    TcpStream::connect_timeout(&addr, Duration::from_millis(300)).is_ok()
+}
+
+fn wait_listening(name: &str, addr: &str) -> Result<()> {
+    let started = Instant::now();
+    while !listening(addr) {
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("{name} did not start listening on {addr}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Ok(())
+}
+
+fn sh(script: &str) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script]);
+    cmd
+}
+
+fn installed(binary: &str) -> bool {
+    sh(&format!("command -v {binary} || test -x {binary}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn apt_install(packages: &str) -> Result<()> {
+    run(sh("apt-get update -q"))?;
+    run(sh(&format!(
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q {packages}"
+    )))
+}
+
+/// True when `var` is unset or names a loopback address (so the service is ours to start).
+fn local(var: &str) -> bool {
+    std::env::var(var).map_or(true, |v| {
+        v.contains("127.0.0.1") || v.contains("localhost") || v.contains("[::1]")
+    })
+}
+
+/// PostgreSQL on 127.0.0.1:5432 with trust authentication and a `test` database.
+pub fn ensure_postgres() -> Result<()> {
+    const ADDR: &str = "127.0.0.1:5432";
+    if !local("DATABASE_URL") || listening(ADDR) {
+        return Ok(());
+    }
+    eprintln!("xtask: PostgreSQL is not running on {ADDR}: starting it");
+    let fresh = !installed("pg_ctlcluster");
+    if fresh {
+        apt_install("postgresql")?;
+    }
+    let start = "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | sort -V | tail -1) main start";
+    if fresh {
+        // Local test server: trust connections from loopback, as the tests expect.
+        run(sh("for f in /etc/postgresql/*/main/pg_hba.conf; do \
+                 sed -i '1i host all all 127.0.0.1/32 trust\\nhost all all ::1/128 trust' \"$f\"; done"))?;
+    }
+    let _ = sh(start).status();
+    wait_listening("PostgreSQL", ADDR).context("starting PostgreSQL")?;
+    if fresh {
+        run(sh("su postgres -c 'createdb test' || true"))?;
+    }
+    Ok(())
+}
