@@ -1,5 +1,6 @@
-//! End-to-end throughput on SQLite: 20k messages enqueued, then processed by a no-op guest
-//! through the whole host (lease batches, fresh instance per message, batched settlement).
+//! End-to-end throughput: messages enqueued, then processed by a no-op guest through the
+//! whole host (lease batches, fresh instance per message, batched settlement), on SQLite
+//! (20k messages) and PostgreSQL (100k messages).
 
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
@@ -11,30 +12,60 @@ use wharf_host::Config;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::{NewMessage, Status};
 
-const MESSAGES: u64 = 20_000;
+fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
 
-async fn run_once() -> Duration {
+/// The `[storage]` body for a run: SQLite in `dir`, or a fresh PostgreSQL schema.
+fn storage(postgres: bool, run: u64) -> String {
+    if postgres {
+        format!(
+            "url = \"{}\"\nschema = \"wharf_bench_{}_{run}\"\nmax_connections = 16",
+            database_url(),
+            std::process::id()
+        )
+    } else {
+        "url = \"sqlite://bench.db\"".to_string()
+    }
+}
+
+async fn drop_schema(postgres: bool, run: u64) {
+    if postgres {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+        let sql = format!(
+            "DROP SCHEMA IF EXISTS wharf_bench_{}_{run} CASCADE",
+            std::process::id()
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+async fn run_once(postgres: bool, messages: u64, run: u64) -> Duration {
     let guest = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../sample-handlers/target/wasm32-wasip2/release/noop.wasm");
     assert!(guest.exists(), "build the guests first: cargo xtask guests");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("handlers")).unwrap();
     let config_path = dir.path().join("wharf.toml");
-    std::fs::write(
-        &config_path,
-        "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\nurl = \"sqlite://bench.db\"\n\
-         [queues.bench]\nhandler = \"noop\"\nconcurrency = 64\nbatch = 64\n",
-    )
-    .unwrap();
+    let text = format!(
+        "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\n{}\n[queues.bench]\nhandler = \"noop\"\nconcurrency = 64\nbatch = 64\n",
+        storage(postgres, run)
+    );
+    std::fs::write(&config_path, text).unwrap();
     let host = wharf_host::start(Config::load(&config_path).unwrap())
         .await
         .unwrap();
     // Fill the queue while no handler is deployed, then deploy and time the drain.
     let mut producers = tokio::task::JoinSet::new();
-    for p in 0..8u64 {
+    for p in 0..16u64 {
         let router = host.router.clone();
         producers.spawn(async move {
-            for n in (p..MESSAGES).step_by(8) {
+            for n in (p..messages).step_by(16) {
                 let payload =
                     format!(r#"{{"order_id":"{n}","customer":"Ada","total_cents":1999}}"#);
                 router
@@ -60,12 +91,13 @@ async fn run_once() -> Duration {
             .iter()
             .find(|(s, _)| *s == Status::Processed)
             .map_or(0, |(_, n)| *n);
-        if done == MESSAGES {
+        if done == messages {
             break;
         }
     }
     let elapsed = started.elapsed();
     host.shutdown().await;
+    drop_schema(postgres, run).await;
     elapsed
 }
 
@@ -74,22 +106,29 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let mut group = c.benchmark_group("sqlite end-to-end");
-    group.throughput(Throughput::Elements(MESSAGES));
-    group
-        .sample_size(10)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(40));
-    group.bench_function("no-op guest, 20k messages", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                total += rt.block_on(run_once());
-            }
-            total
-        })
-    });
-    group.finish();
+    let mut run = 0;
+    for (name, postgres, messages, time) in [
+        ("sqlite, no-op guest, 20k messages", false, 20_000u64, 40),
+        ("postgres, no-op guest, 100k messages", true, 100_000u64, 60),
+    ] {
+        let mut group = c.benchmark_group("end-to-end");
+        group.throughput(Throughput::Elements(messages));
+        group
+            .sample_size(10)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(time));
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    run += 1;
+                    total += rt.block_on(run_once(postgres, messages, run));
+                }
+                total
+            })
+        });
+        group.finish();
+    }
 }
 
 criterion_group!(benches, bench);

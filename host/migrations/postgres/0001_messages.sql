@@ -58,17 +58,3 @@ CREATE TABLE IF NOT EXISTS message_history (
     recorded_at_ms  BIGINT  NOT NULL
 );
 CREATE INDEX IF NOT EXISTS message_history_identity ON message_history (queue, message_id, history_key);
-
--- Wake processors when a message becomes pending (any producer, any process).
-CREATE OR REPLACE FUNCTION wharf_notify_ready() RETURNS trigger AS $$
-BEGIN
-    PERFORM pg_notify('wharf_ready', NEW.queue);
-    RETURN NULL;
-END
-$$ LANGUAGE plpgsql;
-
-DROP TRIGGER IF EXISTS messages_notify_ready ON messages;
-CREATE TRIGGER messages_notify_ready
-    AFTER INSERT OR UPDATE OF status ON messages
-    FOR EACH ROW WHEN (NEW.status = 'pending')
-    EXECUTE FUNCTION wharf_notify_ready();

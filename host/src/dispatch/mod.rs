@@ -67,6 +67,7 @@ impl QueueWorker {
         let mut store_failing_since: Option<Instant> = None;
         let sweep_every = (w.config.lease / 2).min(Duration::from_secs(5));
         let mut next_sweep = Instant::now();
+        let mut last_lease_short = true;
 
         loop {
             while tasks.try_join_next().is_some() {}
@@ -89,11 +90,22 @@ impl QueueWorker {
                 permit = slots.clone().acquire_owned() => permit.expect("semaphore never closed"),
                 _ = shutdown.cancelled() => break,
             };
+            // Gather free slots for a moment so a busy queue leases in batches rather than
+            // one message per round trip as single slots free up.
             let mut permits = vec![first];
+            let gather_until = tokio::time::Instant::now() + GATHER;
             while permits.len() < batch {
                 match slots.clone().try_acquire_owned() {
                     Ok(p) => permits.push(p),
-                    Err(_) => break,
+                    Err(_) if permits.len() >= batch / 4 || last_lease_short => break,
+                    Err(_) => {
+                        match tokio::time::timeout_at(gather_until, slots.clone().acquire_owned())
+                            .await
+                        {
+                            Ok(p) => permits.push(p.expect("semaphore never closed")),
+                            Err(_) => break,
+                        }
+                    }
                 }
             }
 
@@ -123,6 +135,8 @@ impl QueueWorker {
                 }
             };
             let got = leased.len();
+            // A lease that came back short means the queue is drained: do not wait to batch.
+            last_lease_short = got < permits.len();
             for (message, permit) in leased.into_iter().zip(permits.drain(..)) {
                 shared
                     .in_flight
@@ -202,6 +216,9 @@ impl QueueWorker {
         }
     }
 }
+
+/// Longest a busy queue waits for more free slots before leasing.
+const GATHER: Duration = Duration::from_millis(2);
 
 /// Most processed messages deleted per retention statement.
 const PURGE_BATCH: u32 = 1000;

@@ -1,9 +1,10 @@
 //! [`QueueStore`] on PostgreSQL, for production and for several hosts sharing queues.
 //! Leases take ready rows with `FOR UPDATE SKIP LOCKED` in batches, completions are applied
-//! in one statement per batch, and a trigger `NOTIFY`s `wharf_ready` when a message becomes
-//! pending, so processors wake on enqueue instead of polling tightly.
+//! in one statement per batch, and enqueues `NOTIFY wharf_ready` (throttled, see
+//! [`super::notify`]), so processors in every process wake on enqueue instead of polling.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,13 +20,20 @@ use super::{
     new_delivery_id, now_ms, plan,
 };
 
-/// The notification channel raised when a message becomes pending.
-pub const READY_CHANNEL: &str = "wharf_ready";
+use super::notify::{Notifier, READY_CHANNEL};
 
 /// The PostgreSQL store.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Connections for leasing, with `synchronous_commit = off`: a lease lost in a database
+    /// crash only returns its message to pending (exactly what an expired lease does), so
+    /// leases need not wait for the WAL flush that enqueues and settlements wait for.
+    lease_pool: PgPool,
+    /// Connections reserved for settlements, so a burst of enqueues waiting for connections
+    /// never starves the processors.
+    settle_pool: PgPool,
+    notifier: Arc<Notifier>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -60,10 +68,24 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(PostgresStore { pool })
+        let small = |n: u32| {
+            PgPoolOptions::new()
+                .max_connections(n)
+                .acquire_timeout(Duration::from_secs(10))
+        };
+        let settle_pool = small(2).connect_with(options.clone()).await?;
+        let lease_pool = small(2)
+            .connect_with(options.options([("synchronous_commit", "off")]))
+            .await?;
+        Ok(PostgresStore {
+            pool,
+            lease_pool,
+            settle_pool,
+            notifier: Arc::default(),
+        })
     }
 
     /// Connect to `url` and migrate (tables in the connection's default schema).
@@ -258,14 +280,15 @@ async fn record_history(
     Ok(())
 }
 
-#[async_trait]
-impl QueueStore for PostgresStore {
-    async fn enqueue(
+impl PostgresStore {
+    /// Apply an enqueue; also returns the status the message is in afterwards when it is
+    /// now ready to lease (pending), for the wake-up notification.
+    async fn enqueue_row(
         &self,
         queue: &str,
         message: NewMessage,
         idempotent: bool,
-    ) -> Result<Enqueued, QueueError> {
+    ) -> Result<(Enqueued, Status), QueueError> {
         let now = now_ms();
         let at = message.process_at_ms.unwrap_or(now);
         let status = destination(message.status.as_ref(), at, now);
@@ -275,6 +298,29 @@ impl QueueStore for PostgresStore {
         let custom = message.status.as_ref().map(|s| s.as_str().to_string());
         // The insert relies on the unique index; on conflict the existing row is locked and
         // updated. A row deleted in between (retention) is retried as an insert.
+        if message.id.is_none() {
+            // Nothing to collide with: one statement, no transaction.
+            let key: i64 = sqlx::query_scalar(INSERT)
+                .bind(queue)
+                .bind(None::<String>)
+                .bind(&delivery_id)
+                .bind(&message.payload)
+                .bind(&hash)
+                .bind(&headers)
+                .bind(message.priority)
+                .bind(status.as_str())
+                .bind(at)
+                .bind(now)
+                .fetch_one(&self.pool)
+                .await?;
+            return Ok((
+                Enqueued {
+                    key,
+                    status: EnqueueStatus::Added,
+                },
+                status,
+            ));
+        }
         for _ in 0..3 {
             let mut tx = self.pool.begin().await?;
             let inserted: Option<i64> = sqlx::query_scalar(INSERT)
@@ -292,10 +338,13 @@ impl QueueStore for PostgresStore {
                 .await?;
             if let Some(key) = inserted {
                 tx.commit().await?;
-                return Ok(Enqueued {
-                    key,
-                    status: EnqueueStatus::Added,
-                });
+                return Ok((
+                    Enqueued {
+                        key,
+                        status: EnqueueStatus::Added,
+                    },
+                    status,
+                ));
             }
             let Some(row) = sqlx::query(
                 "SELECT key, status, payload_hash, next_payload_hash FROM messages
@@ -314,7 +363,8 @@ impl QueueStore for PostgresStore {
                 payload_hash: row.try_get("payload_hash")?,
                 next_payload_hash: row.try_get("next_payload_hash")?,
             };
-            let result = match plan(&existing, &hash, idempotent) {
+            let decision = plan(&existing, &hash, idempotent);
+            let result = match decision {
                 Plan::Discard => EnqueueStatus::Discarded,
                 Plan::Defer => {
                     sqlx::query(DEFER)
@@ -349,15 +399,39 @@ impl QueueStore for PostgresStore {
                 }
             };
             tx.commit().await?;
-            return Ok(Enqueued {
-                key,
-                status: result,
-            });
+            // Only a replaced message became ready; a deferred or discarded one did not.
+            let after = match decision {
+                Plan::Replace => status.clone(),
+                _ => Status::AwaitingRelease,
+            };
+            return Ok((
+                Enqueued {
+                    key,
+                    status: result,
+                },
+                after,
+            ));
         }
         Err(QueueError::Conflict(format!(
             "message `{}` in queue `{queue}` kept changing; try again",
             message.id.unwrap_or_default()
         )))
+    }
+}
+
+#[async_trait]
+impl QueueStore for PostgresStore {
+    async fn enqueue(
+        &self,
+        queue: &str,
+        message: NewMessage,
+        idempotent: bool,
+    ) -> Result<Enqueued, QueueError> {
+        let (done, status) = self.enqueue_row(queue, message, idempotent).await?;
+        if status == Status::Pending {
+            self.notifier.ready(&self.pool, queue).await;
+        }
+        Ok(done)
     }
 
     async fn lease(
@@ -372,7 +446,7 @@ impl QueueStore for PostgresStore {
             .bind(now)
             .bind(queue)
             .bind(max as i64)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.lease_pool)
             .await?;
         let mut leased = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -405,7 +479,7 @@ impl QueueStore for PostgresStore {
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
         let now = now_ms();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.settle_pool.begin().await?;
         // The common case, completions that keep the message, in one statement.
         let (keys, tokens): (Vec<i64>, Vec<i64>) = settlements
             .iter()

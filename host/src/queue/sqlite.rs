@@ -291,6 +291,26 @@ impl QueueStore for SqliteStore {
         let hash = canonical_hash(&message.payload);
         let headers = encode_headers(&message.headers);
         let delivery_id = new_delivery_id();
+        if message.id.is_none() {
+            // Nothing to collide with: one statement, no transaction.
+            let key: i64 = sqlx::query_scalar(INSERT)
+                .bind(queue)
+                .bind(None::<String>)
+                .bind(&delivery_id)
+                .bind(&message.payload)
+                .bind(&hash)
+                .bind(&headers)
+                .bind(message.priority)
+                .bind(status.as_str())
+                .bind(at)
+                .bind(now)
+                .fetch_one(&self.pool)
+                .await?;
+            return Ok(Enqueued {
+                key,
+                status: EnqueueStatus::Added,
+            });
+        }
         let mut tx = self.pool.begin().await?;
         let inserted: Option<i64> = sqlx::query_scalar(INSERT)
             .bind(queue)
