@@ -282,7 +282,7 @@ async fn process(
             tracing::warn!(queue = %w.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied")
         }
         Err(e) => {
-            tracing::error!(queue = %w.name, key = lease.key, "could not settle the message; its lease will expire and it will run again: {e}")
+            tracing::debug!(queue = %w.name, key = lease.key, "not settled (the settlement task logs the outage): {e}")
         }
     }
     shared

@@ -24,15 +24,38 @@ impl Settler {
         let (tx, mut rx) = mpsc::channel::<(Settlement, Reply)>(4 * MAX_BATCH);
         let task = tokio::spawn(async move {
             let mut batch = Vec::with_capacity(MAX_BATCH);
+            let mut failing_since: Option<std::time::Instant> = None;
             while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
                 let (settlements, replies): (Vec<_>, Vec<_>) = batch.drain(..).unzip();
-                match store.settle(&settlements).await {
+                // Leases usually outlive a short outage: retry before giving up on a batch.
+                let mut outcome = store.settle(&settlements).await;
+                for delay_ms in [100, 400, 1600] {
+                    if outcome.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                    outcome = store.settle(&settlements).await;
+                }
+                match outcome {
                     Ok(results) => {
+                        if let Some(since) = failing_since.take() {
+                            tracing::info!(
+                                "settling messages works again after {:?}",
+                                since.elapsed()
+                            );
+                        }
                         for (reply, result) in replies.into_iter().zip(results) {
                             let _ = reply.send(Ok(result));
                         }
                     }
                     Err(e) => {
+                        // Logged once per outage, not once per message.
+                        if failing_since.is_none() {
+                            failing_since = Some(std::time::Instant::now());
+                            tracing::error!(
+                                "cannot settle messages; their leases will expire and they will run again: {e}"
+                            );
+                        }
                         let text = e.to_string();
                         for reply in replies {
                             let _ = reply.send(Err(text.clone()));
