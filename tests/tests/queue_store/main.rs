@@ -16,12 +16,12 @@ use wharf_host::queue::{
 use wharf_tests::{PgSchema, database_url};
 
 /// A store for one test, with whatever keeps its database alive.
-pub struct Subject {
-    pub store: Arc<dyn QueueStore>,
+pub(crate) struct Subject {
+    pub(crate) store: Arc<dyn QueueStore>,
     _guard: Box<dyn std::any::Any + Send>,
 }
 
-pub async fn sqlite() -> Subject {
+pub(crate) async fn sqlite() -> Subject {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("queue.db").display());
     Subject {
@@ -30,7 +30,7 @@ pub async fn sqlite() -> Subject {
     }
 }
 
-pub async fn postgres() -> Subject {
+pub(crate) async fn postgres() -> Subject {
     let schema = PgSchema::new();
     let store = PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 8)
         .await
@@ -41,7 +41,7 @@ pub async fn postgres() -> Subject {
     }
 }
 
-pub fn message(id: Option<&str>, payload: &str) -> NewMessage {
+pub(crate) fn message(id: Option<&str>, payload: &str) -> NewMessage {
     NewMessage {
         id: id.map(str::to_string),
         payload: payload.to_string(),
@@ -49,7 +49,7 @@ pub fn message(id: Option<&str>, payload: &str) -> NewMessage {
     }
 }
 
-pub async fn settle(
+pub(crate) async fn settle(
     store: &Arc<dyn QueueStore>,
     lease: Lease,
     disposition: Disposition,
@@ -60,7 +60,7 @@ pub async fn settle(
         .unwrap()[0]
 }
 
-pub async fn status_of(store: &Arc<dyn QueueStore>, key: i64) -> Status {
+pub(crate) async fn status_of(store: &Arc<dyn QueueStore>, key: i64) -> Status {
     store
         .get(key)
         .await
