@@ -11,8 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, HealthCheck, HealthRegistry};
 use crate::config::Config;
-use crate::dispatch::{QueueWorker, Settler};
+use crate::dispatch::{InboxBinding, QueueWorker, Settler};
 use crate::enqueue::QueueRouter;
+use crate::inbox::{self, InboxStores};
 use crate::queue::{self, QueueStore};
 use crate::runtime::{HandlerRegistry, deploy};
 
@@ -50,6 +51,7 @@ impl HealthCheck for StoreHealth {
 /// Start a host for `config`.
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     let config = Arc::new(config);
+    crate::metrics::install();
     let store = queue::open(
         &config.storage.url,
         config.storage.schema.as_deref(),
@@ -103,6 +105,10 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     background.push(admin_task);
     tracing::info!(%admin_addr, "admin server listening");
 
+    let inboxes = InboxStores::open(&config)
+        .await
+        .context("opening the consumer inbox stores")?;
+    let mut cleaned = std::collections::HashSet::new();
     let router = Arc::new(QueueRouter::new(store.clone(), &config));
     let wake_router = router.clone();
     if let Some(listener) = store.listen(
@@ -114,7 +120,32 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     let (settler, settler_task) = Settler::start(store.clone());
     let mut workers = Vec::new();
     for (name, queue_config) in &config.queues {
+        let inbox = queue_config.inbox.as_ref().map(|settings| {
+            let store = inboxes
+                .get(settings.store)
+                .expect("every selected inbox store is opened");
+            let endpoint = queue_config
+                .endpoint
+                .clone()
+                .unwrap_or_else(|| name.clone());
+            if cleaned.insert((settings.store, endpoint.clone())) {
+                background.push(tokio::spawn(inbox::run_cleanup(
+                    store.clone(),
+                    endpoint.clone(),
+                    settings.retention,
+                    settings.cleanup_interval,
+                    shutdown.clone(),
+                )));
+            }
+            InboxBinding {
+                store,
+                endpoint,
+                retention: settings.retention,
+                provider: "sql",
+            }
+        });
         let worker = QueueWorker {
+            inbox,
             name: Arc::from(name.as_str()),
             config: queue_config.clone(),
             store: store.clone(),

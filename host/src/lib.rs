@@ -9,6 +9,8 @@ pub mod config;
 pub mod dispatch;
 pub mod enqueue;
 pub mod host;
+pub mod inbox;
+pub mod metrics;
 pub mod queue;
 pub mod runtime;
 

@@ -1,5 +1,6 @@
 //! The admin HTTP server: `/healthz` (liveness), `/readyz` (named health checks as JSON,
-//! 503 when any fails) and `/handlers` (the deployed handler versions).
+//! 503 when any fails), `/handlers` (the deployed handler versions) and `/metrics`
+//! (Prometheus text format).
 
 mod health;
 
@@ -52,6 +53,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/handlers", get(handlers))
+        .route("/metrics", get(|| async { crate::metrics::render() }))
         .with_state(AppState { health, registry });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;

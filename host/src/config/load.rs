@@ -213,6 +213,33 @@ impl Config {
                     ),
                 ));
             }
+            if let Some(inbox) = &queue.inbox {
+                if inbox.store == super::InboxStoreKind::Redis && self.inbox.redis.is_none() {
+                    return Err(ConfigError::key(
+                        file,
+                        key("inbox.store"),
+                        "`redis` is not configured: add `[inbox.redis]` with `url = \"redis://127.0.0.1:6379\"`",
+                    ));
+                }
+                if inbox.cleanup_interval.is_zero() {
+                    return Err(ConfigError::key(
+                        file,
+                        key("inbox.cleanup_interval"),
+                        "must be longer than 0s",
+                    ));
+                }
+            }
+            if queue
+                .endpoint
+                .as_ref()
+                .is_some_and(|e| e.is_empty() || e.chars().count() > 260)
+            {
+                return Err(ConfigError::key(
+                    file,
+                    key("endpoint"),
+                    "must be 1–260 characters",
+                ));
+            }
             if queue.max_backoff < queue.backoff {
                 return Err(ConfigError::key(
                     file,
@@ -347,6 +374,12 @@ mod tests {
         assert_eq!(key, "queues.a b");
         let (key, _) = key_error("[storage]\nurl = \"mysql://x\"\n");
         assert_eq!(key, "storage.url");
+        let (key, reason) =
+            key_error("[queues.a]\nhandler = \"h\"\ninbox = { store = \"redis\" }\n");
+        assert_eq!(key, "queues.a.inbox.store");
+        assert!(reason.contains("add `[inbox.redis]`"), "{reason}");
+        let (key, _) = key_error("[queues.a]\nhandler = \"h\"\ninbox = { store = \"cosmos\" }\n");
+        assert_eq!(key, "queues.a.inbox.store");
         let (key, reason) =
             key_error("[host]\nmax_instances = 4\n[queues.a]\nhandler = \"h\"\nconcurrency = 5\n");
         assert_eq!(key, "host.max_instances");

@@ -4,6 +4,7 @@
 //! stops leasing, lets in-flight messages finish within the grace period, and releases the
 //! rest so nothing stays stuck in processing.
 
+mod deliver;
 mod outcome;
 mod settle;
 
@@ -11,19 +12,18 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use outcome::decide;
+pub use deliver::InboxBinding;
+pub use outcome::{decide, transient};
 pub use settle::Settler;
 
 use crate::config::QueueConfig;
 use crate::enqueue::Enqueuer;
-use crate::queue::{
-    Backoff, Disposition, Lease, LeasedMessage, QueueStore, Retention, SettleResult, Settlement,
-};
-use crate::runtime::{HandlerRegistry, LoadedHandler, Message, invoke};
+use crate::queue::{Disposition, Lease, QueueStore, Retention, Settlement};
+use crate::runtime::HandlerRegistry;
 
 /// Everything one queue's loop needs.
 pub struct QueueWorker {
@@ -43,11 +43,13 @@ pub struct QueueWorker {
     pub wake: Arc<Notify>,
     /// How often an idle queue looks for due messages.
     pub poll_interval: Duration,
+    /// The consumer inbox of this queue's endpoint, when enabled.
+    pub inbox: Option<InboxBinding>,
 }
 
-struct Shared {
-    worker: QueueWorker,
-    in_flight: Mutex<HashSet<Lease>>,
+pub(crate) struct Shared {
+    pub(crate) worker: QueueWorker,
+    pub(crate) in_flight: Mutex<HashSet<Lease>>,
 }
 
 impl QueueWorker {
@@ -143,7 +145,12 @@ impl QueueWorker {
                     .lock()
                     .expect("in-flight set")
                     .insert(message.lease);
-                tasks.spawn(process(shared.clone(), handler.clone(), message, permit));
+                tasks.spawn(deliver::process(
+                    shared.clone(),
+                    handler.clone(),
+                    message,
+                    permit,
+                ));
             }
             drop(permits);
             if got == 0 {
@@ -222,72 +229,3 @@ const GATHER: Duration = Duration::from_millis(2);
 
 /// Most processed messages deleted per retention statement.
 const PURGE_BATCH: u32 = 1000;
-
-async fn process(
-    shared: Arc<Shared>,
-    handler: Arc<LoadedHandler>,
-    leased: LeasedMessage,
-    _permit: OwnedSemaphorePermit,
-) {
-    let w = &shared.worker;
-    let lease = leased.lease;
-    let attempt = leased.attempt;
-    let message = Message {
-        queue: leased.queue,
-        id: leased.id,
-        delivery_id: leased.delivery_id,
-        payload: leased.payload,
-        priority: leased.priority,
-        attempt,
-        max_attempts: w.config.max_attempts,
-        enqueued_at_ms: leased.enqueued_at_ms.max(0) as u64,
-        headers: leased.headers,
-    };
-    let result = invoke(&handler, message, w.config.timeout, w.enqueuer.clone()).await;
-    let backoff = Backoff {
-        base: w.config.backoff,
-        max: w.config.max_backoff,
-    };
-    let disposition = decide(&result, attempt, w.config.max_attempts, backoff);
-    match &disposition {
-        Disposition::Complete => {
-            tracing::debug!(queue = %w.name, key = lease.key, attempt, "message processed")
-        }
-        Disposition::Retry {
-            error: Some(error),
-            at_ms,
-        } => {
-            tracing::warn!(queue = %w.name, key = lease.key, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
-        }
-        Disposition::Retry { error: None, at_ms } => {
-            tracing::debug!(queue = %w.name, key = lease.key, attempt, retry_at_ms = at_ms, "handler asked to run again later")
-        }
-        Disposition::Fail { error } => {
-            tracing::error!(queue = %w.name, key = lease.key, attempt, "message failed: {error}")
-        }
-        Disposition::Release => {}
-    }
-    let keep_processed = w.config.retention.count != Some(0);
-    match w
-        .settler
-        .settle(Settlement {
-            lease,
-            disposition,
-            keep_processed,
-        })
-        .await
-    {
-        Ok(SettleResult::Applied) => {}
-        Ok(SettleResult::LeaseLost) => {
-            tracing::warn!(queue = %w.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied")
-        }
-        Err(e) => {
-            tracing::debug!(queue = %w.name, key = lease.key, "not settled (the settlement task logs the outage): {e}")
-        }
-    }
-    shared
-        .in_flight
-        .lock()
-        .expect("in-flight set")
-        .remove(&lease);
-}

@@ -4,6 +4,22 @@
 use crate::queue::{Backoff, Disposition, now_ms};
 use crate::runtime::{HandlerError, InvokeResult, Outcome};
 
+/// A transient failure of attempt `attempt`: retry after the backoff, or fail when it was
+/// the last attempt.
+pub fn transient(error: String, attempt: u32, max_attempts: u32, backoff: Backoff) -> Disposition {
+    if attempt >= max_attempts {
+        Disposition::Fail {
+            error: format!("{error} (attempt {attempt} of {max_attempts}, no attempts left)"),
+        }
+    } else {
+        let delay = backoff.delay(attempt);
+        Disposition::Retry {
+            at_ms: now_ms() + delay.as_millis() as i64,
+            error: Some(error),
+        }
+    }
+}
+
 /// The disposition of a message after attempt `attempt` of `max_attempts`.
 pub fn decide(
     result: &InvokeResult,
@@ -12,19 +28,7 @@ pub fn decide(
     backoff: Backoff,
 ) -> Disposition {
     let last = attempt >= max_attempts;
-    let retry_or_fail = |error: String| {
-        if last {
-            Disposition::Fail {
-                error: format!("{error} (attempt {attempt} of {max_attempts}, no attempts left)"),
-            }
-        } else {
-            let delay = backoff.delay(attempt);
-            Disposition::Retry {
-                at_ms: now_ms() + delay.as_millis() as i64,
-                error: Some(error),
-            }
-        }
-    };
+    let retry_or_fail = |error: String| transient(error, attempt, max_attempts, backoff);
     match result {
         Ok(Ok(Outcome::Completed | Outcome::PendingHandoff)) => Disposition::Complete,
         Ok(Ok(Outcome::RetryAfter(ms))) if last => Disposition::Fail {

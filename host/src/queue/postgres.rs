@@ -123,7 +123,8 @@ FROM messages WHERE key = $4 AND message_id IS NOT NULL AND ($5::bigint IS NULL 
 const REPLACE: &str = "
 UPDATE messages SET delivery_id = $1, payload = $2, payload_hash = $3, headers = $4, priority = $5,
     status = $6, process_at_ms = $7, enqueued_at_ms = $8, updated_at_ms = $8, attempts = 0, last_error = NULL,
-    processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1
+    processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
+    source_delivery_id = NULL, outcome = NULL
 WHERE key = $9";
 
 const LEASE: &str = "
@@ -137,11 +138,12 @@ FROM (SELECT key FROM messages
       FOR UPDATE SKIP LOCKED) ready
 WHERE m.key = ready.key
 RETURNING m.key, m.queue, m.message_id, m.delivery_id, m.payload, m.headers, m.priority, m.attempts,
-          m.lease_token, m.enqueued_at_ms, m.process_at_ms";
+          m.lease_token, m.enqueued_at_ms, m.process_at_ms, m.source_delivery_id";
 
 const COMPLETE_MANY: &str = "
-UPDATE messages m SET status = 'processed', processed_at_ms = $1, updated_at_ms = $1, lease_expires_at_ms = NULL
-FROM UNNEST($2::bigint[], $3::bigint[]) AS done(key, token)
+UPDATE messages m SET status = 'processed', processed_at_ms = $1, updated_at_ms = $1, lease_expires_at_ms = NULL,
+                      outcome = done.outcome
+FROM UNNEST($2::bigint[], $3::bigint[], $4::text[]) AS done(key, token, outcome)
 WHERE m.key = done.key AND m.lease_token = done.token AND m.status = 'processing'
 RETURNING m.key";
 
@@ -170,7 +172,8 @@ UPDATE messages SET delivery_id = next_delivery_id, payload = next_payload, payl
     status = COALESCE($2::text, next_status, CASE WHEN next_process_at_ms > $1 THEN 'sleeping' ELSE 'pending' END),
     attempts = 0, last_error = $3::text, processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = $1,
     next_delivery_id = NULL, next_payload = NULL, next_payload_hash = NULL, next_headers = NULL,
-    next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL
+    next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL,
+    source_delivery_id = NULL, outcome = NULL
 WHERE status = 'awaiting-release'
   AND (($4::bigint IS NOT NULL AND key = $4 AND lease_token = $5::bigint)
        OR ($6::text IS NOT NULL AND queue = $6 AND lease_expires_at_ms <= $1))";
@@ -470,6 +473,7 @@ impl QueueStore for PostgresStore {
                     attempt: row.try_get::<i32, _>("attempts")? as u32,
                     enqueued_at_ms: row.try_get("enqueued_at_ms")?,
                     headers: decode_headers(row.try_get("headers")?)?,
+                    source_delivery_id: row.try_get("source_delivery_id")?,
                 },
             ));
         }
@@ -481,11 +485,13 @@ impl QueueStore for PostgresStore {
         let now = now_ms();
         let mut tx = self.settle_pool.begin().await?;
         // The common case, completions that keep the message, in one statement.
-        let (keys, tokens): (Vec<i64>, Vec<i64>) = settlements
+        let completes: Vec<&Settlement> = settlements
             .iter()
             .filter(|s| s.disposition == Disposition::Complete && s.keep_processed)
-            .map(|s| (s.lease.key, s.lease.token))
-            .unzip();
+            .collect();
+        let keys: Vec<i64> = completes.iter().map(|s| s.lease.key).collect();
+        let tokens: Vec<i64> = completes.iter().map(|s| s.lease.token).collect();
+        let outcomes: Vec<Option<String>> = completes.iter().map(|s| s.outcome.clone()).collect();
         let completed: std::collections::HashSet<i64> = if keys.is_empty() {
             Default::default()
         } else {
@@ -493,6 +499,7 @@ impl QueueStore for PostgresStore {
                 .bind(now)
                 .bind(&keys)
                 .bind(&tokens)
+                .bind(&outcomes)
                 .fetch_all(&mut *tx)
                 .await?
                 .into_iter()
@@ -670,7 +677,8 @@ impl QueueStore for PostgresStore {
         };
         let done = sqlx::query(
             "UPDATE messages SET status = 'pending', process_at_ms = $1, attempts = 0, updated_at_ms = $1,
-                 delivery_id = replace(gen_random_uuid()::text, '-', ''), processed_at_ms = NULL
+                 source_delivery_id = COALESCE(source_delivery_id, delivery_id),
+                 delivery_id = replace(gen_random_uuid()::text, '-', ''), processed_at_ms = NULL, outcome = NULL
              WHERE status NOT IN ('processing', 'awaiting-release')
                AND ($2::bigint IS NULL OR key = $2) AND ($3::text IS NULL OR (queue = $3 AND status = $4::text))",
         )

@@ -87,6 +87,8 @@ macro_rules! stored_from_row {
             lease_expires_at_ms: row.try_get("lease_expires_at_ms")?,
             last_error: row.try_get("last_error")?,
             version: row.try_get("version")?,
+            outcome: row.try_get("outcome")?,
+            source_delivery_id: row.try_get("source_delivery_id")?,
             next,
         })
     }};
@@ -146,7 +148,8 @@ FROM messages WHERE key = ?4 AND message_id IS NOT NULL AND (?5 IS NULL OR lease
 const REPLACE: &str = "
 UPDATE messages SET delivery_id = ?1, payload = ?2, payload_hash = ?3, headers = ?4, priority = ?5,
     status = ?6, process_at_ms = ?7, enqueued_at_ms = ?8, updated_at_ms = ?8, attempts = 0, last_error = NULL,
-    processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1
+    processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
+    source_delivery_id = NULL, outcome = NULL
 WHERE key = ?9";
 
 const LEASE: &str = "
@@ -159,10 +162,11 @@ WHERE key IN (
     ORDER BY priority DESC, process_at_ms, key
     LIMIT ?4)
 RETURNING key, queue, message_id, delivery_id, payload, headers, priority, attempts,
-          lease_token, enqueued_at_ms, process_at_ms";
+          lease_token, enqueued_at_ms, process_at_ms, source_delivery_id";
 
 const COMPLETE: &str = "
-UPDATE messages SET status = 'processed', processed_at_ms = ?1, updated_at_ms = ?1, lease_expires_at_ms = NULL
+UPDATE messages SET status = 'processed', processed_at_ms = ?1, updated_at_ms = ?1, lease_expires_at_ms = NULL,
+                    outcome = ?4
 WHERE key = ?2 AND lease_token = ?3 AND status = 'processing'";
 
 const DELETE_LEASED: &str =
@@ -192,7 +196,8 @@ UPDATE messages SET delivery_id = next_delivery_id, payload = next_payload, payl
     status = COALESCE(?2, next_status, CASE WHEN next_process_at_ms > ?1 THEN 'sleeping' ELSE 'pending' END),
     attempts = 0, last_error = ?3, processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = ?1,
     next_delivery_id = NULL, next_payload = NULL, next_payload_hash = NULL, next_headers = NULL,
-    next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL
+    next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL,
+    source_delivery_id = NULL, outcome = NULL
 WHERE status = 'awaiting-release'
   AND ((?4 IS NOT NULL AND key = ?4 AND lease_token = ?5)
        OR (?6 IS NOT NULL AND queue = ?6 AND lease_expires_at_ms <= ?1))";
@@ -215,9 +220,11 @@ impl SqliteStore {
     ) -> Result<bool, QueueError> {
         let Lease { key, token } = s.lease;
         let fast = match &s.disposition {
-            Disposition::Complete if s.keep_processed => {
-                sqlx::query(COMPLETE).bind(now).bind(key).bind(token)
-            }
+            Disposition::Complete if s.keep_processed => sqlx::query(COMPLETE)
+                .bind(now)
+                .bind(key)
+                .bind(token)
+                .bind(s.outcome.clone()),
             Disposition::Complete => {
                 sqlx::query(RECORD_HISTORY)
                     .bind(now)
@@ -429,6 +436,7 @@ impl QueueStore for SqliteStore {
                     attempt: row.try_get::<i64, _>("attempts")? as u32,
                     enqueued_at_ms: row.try_get("enqueued_at_ms")?,
                     headers: decode_headers(row.try_get("headers")?)?,
+                    source_delivery_id: row.try_get("source_delivery_id")?,
                 },
             ));
         }
@@ -613,7 +621,8 @@ impl QueueStore for SqliteStore {
         };
         let done = sqlx::query(
             "UPDATE messages SET status = 'pending', process_at_ms = ?1, attempts = 0, updated_at_ms = ?1,
-                 delivery_id = lower(hex(randomblob(16))), processed_at_ms = NULL
+                 source_delivery_id = COALESCE(source_delivery_id, delivery_id),
+                 delivery_id = lower(hex(randomblob(16))), processed_at_ms = NULL, outcome = NULL
              WHERE status NOT IN ('processing', 'awaiting-release')
                AND (?2 IS NULL OR key = ?2) AND (?3 IS NULL OR (queue = ?3 AND status = ?4))",
         )

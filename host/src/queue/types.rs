@@ -73,6 +73,8 @@ pub struct LeasedMessage {
     pub enqueued_at_ms: i64,
     /// Producer metadata.
     pub headers: Vec<(String, String)>,
+    /// For a resubmission: the delivery id of the delivery it stands in for.
+    pub source_delivery_id: Option<String>,
 }
 
 /// What to do with a leased message.
@@ -106,6 +108,8 @@ pub struct Settlement {
     /// On completion, keep the processed message (false when the queue's retention count
     /// is zero: it is deleted at once, an identified one recorded in history first).
     pub keep_processed: bool,
+    /// On completion, how it was completed (shown with the message), e.g. `skipped: duplicate`.
+    pub outcome: Option<String>,
 }
 
 impl Settlement {
@@ -115,6 +119,7 @@ impl Settlement {
             lease,
             disposition,
             keep_processed: true,
+            outcome: None,
         }
     }
 }
@@ -225,6 +230,10 @@ pub struct StoredMessage {
     pub last_error: Option<String>,
     /// Version number: 1 when added, incremented by every update.
     pub version: i64,
+    /// How a processed message was completed (e.g. `completed`, `skipped: duplicate`).
+    pub outcome: Option<String>,
+    /// For a resubmission: the delivery it stands in for.
+    pub source_delivery_id: Option<String>,
     /// The version enqueued while the message was leased, applied on release.
     pub next: Option<NextVersion>,
 }

@@ -13,6 +13,7 @@ async fn process_all(store: &Arc<dyn QueueStore>, keep: bool) {
             lease: m.lease,
             disposition: Disposition::Complete,
             keep_processed: keep,
+            outcome: None,
         };
         store.settle(&[s]).await.unwrap();
     }
@@ -57,6 +58,7 @@ pub async fn retention_zero_still_records_the_previous_version(store: Arc<dyn Qu
         lease,
         disposition: Disposition::Complete,
         keep_processed: false,
+        outcome: None,
     };
     store.settle(&[s]).await.unwrap();
     let history = store.history("q", "o-1").await.unwrap();

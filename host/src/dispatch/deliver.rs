@@ -1,0 +1,184 @@
+//! One delivery of a leased message: consumer-inbox check, guest call, outcome, inbox record
+//! (only after the guest succeeded), settlement. The inbox is consulted by the host, never by
+//! the guest; a store failure at the check or the record is a transient failure of the
+//! attempt, never a duplicate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::Shared;
+use super::outcome::{decide, transient};
+use crate::inbox::{InboxKey, InboxStore};
+use crate::queue::{Backoff, Disposition, LeasedMessage, SettleResult, Settlement};
+use crate::runtime::{LoadedHandler, Message, Outcome};
+
+/// A queue's consumer inbox.
+#[derive(Clone)]
+pub struct InboxBinding {
+    /// Where records live.
+    pub store: Arc<dyn InboxStore>,
+    /// The endpoint the records are keyed on.
+    pub endpoint: String,
+    /// How long a record is kept.
+    pub retention: Duration,
+    /// The message source, for metrics (`sql` for the SQL queue).
+    pub provider: &'static str,
+}
+
+/// Process one leased message and settle it.
+pub(crate) async fn process(
+    shared: Arc<Shared>,
+    handler: Arc<LoadedHandler>,
+    leased: LeasedMessage,
+    _permit: OwnedSemaphorePermit,
+) {
+    let w = &shared.worker;
+    let lease = leased.lease;
+    let attempt = leased.attempt;
+    let backoff = Backoff {
+        base: w.config.backoff,
+        max: w.config.max_backoff,
+    };
+    let failed = |error: String| transient(error, attempt, w.config.max_attempts, backoff);
+
+    // 1. Inbox check, for a usable MessageId.
+    let inbox = w.inbox.as_ref().and_then(|b| match InboxKey::new(&b.endpoint, &leased.delivery_id) {
+        Ok(key) => Some((b, key)),
+        Err(reason) => {
+            tracing::warn!(queue = %w.name, endpoint = %b.endpoint, key = lease.key, "inbox bypassed: {reason}; the handler runs without deduplication");
+            None
+        }
+    });
+    if let Some((binding, key)) = &inbox {
+        match binding.store.is_processed(key).await {
+            Ok(true) => {
+                tracing::info!(
+                    name: "duplicate_detected", target: "wharf::inbox",
+                    queue = %w.name, endpoint = %binding.endpoint, provider = binding.provider,
+                    key = lease.key, message_id = %key.message_id, id = leased.id.as_deref().unwrap_or(""),
+                    "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
+                );
+                crate::metrics::duplicate_detected(&binding.endpoint, &w.name, binding.provider);
+                settle(
+                    &shared,
+                    lease,
+                    Disposition::Complete,
+                    Some("skipped: duplicate"),
+                )
+                .await;
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                let disposition = failed(format!("inbox check failed: {e}"));
+                log(&shared, lease.key, attempt, &disposition);
+                settle(&shared, lease, disposition, None).await;
+                return;
+            }
+        }
+    }
+
+    // 2. The guest.
+    let source = leased.source_delivery_id.clone();
+    let message = Message {
+        queue: leased.queue,
+        id: leased.id,
+        delivery_id: leased.delivery_id,
+        payload: leased.payload,
+        priority: leased.priority,
+        attempt,
+        max_attempts: w.config.max_attempts,
+        enqueued_at_ms: leased.enqueued_at_ms.max(0) as u64,
+        headers: leased.headers,
+    };
+    let result =
+        crate::runtime::invoke(&handler, message, w.config.timeout, w.enqueuer.clone()).await;
+    let mut disposition = decide(&result, attempt, w.config.max_attempts, backoff);
+    let outcome = match &result {
+        Ok(Ok(Outcome::PendingHandoff)) => Some("pending-handoff"),
+        Ok(Ok(Outcome::Completed)) => Some("completed"),
+        _ => None,
+    };
+
+    // 3. Record, only after the guest succeeded, and not for a pending handoff. A resubmission
+    // first records the delivery it stands in for.
+    if let (Some((binding, key)), Ok(Ok(Outcome::Completed))) = (&inbox, &result) {
+        let source_key = source
+            .as_deref()
+            .and_then(|s| InboxKey::new(&binding.endpoint, s).ok());
+        let retention = binding.retention.as_millis() as i64;
+        let mut recorded = Ok(());
+        for k in source_key.iter().chain(std::iter::once(key)) {
+            recorded = binding.store.record(k, retention).await;
+            if recorded.is_err() {
+                break;
+            }
+        }
+        if let Err(e) = recorded {
+            disposition = failed(format!(
+                "inbox record failed after the handler succeeded: {e}"
+            ));
+        }
+    }
+
+    // 4. Settle.
+    log(&shared, lease.key, attempt, &disposition);
+    let outcome = if disposition == Disposition::Complete {
+        outcome
+    } else {
+        None
+    };
+    settle(&shared, lease, disposition, outcome).await;
+}
+
+fn log(shared: &Shared, key: i64, attempt: u32, disposition: &Disposition) {
+    let queue = &shared.worker.name;
+    match disposition {
+        Disposition::Complete => tracing::debug!(%queue, key, attempt, "message processed"),
+        Disposition::Retry {
+            error: Some(error),
+            at_ms,
+        } => {
+            tracing::warn!(%queue, key, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
+        }
+        Disposition::Retry { error: None, at_ms } => {
+            tracing::debug!(%queue, key, attempt, retry_at_ms = at_ms, "handler asked to run again later")
+        }
+        Disposition::Fail { error } => {
+            tracing::error!(%queue, key, attempt, "message failed: {error}")
+        }
+        Disposition::Release => {}
+    }
+}
+
+async fn settle(
+    shared: &Shared,
+    lease: crate::queue::Lease,
+    disposition: Disposition,
+    outcome: Option<&str>,
+) {
+    let w = &shared.worker;
+    let keep_processed = w.config.retention.count != Some(0);
+    let settlement = Settlement {
+        lease,
+        disposition,
+        keep_processed,
+        outcome: outcome.map(str::to_string),
+    };
+    match w.settler.settle(settlement).await {
+        Ok(SettleResult::Applied) => {}
+        Ok(SettleResult::LeaseLost) => {
+            tracing::warn!(queue = %w.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied")
+        }
+        Err(e) => {
+            tracing::debug!(queue = %w.name, key = lease.key, "not settled (the settlement task logs the outage): {e}")
+        }
+    }
+    shared
+        .in_flight
+        .lock()
+        .expect("in-flight set")
+        .remove(&lease);
+}

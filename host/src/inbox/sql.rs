@@ -1,0 +1,215 @@
+//! The inbox in the SQL database of `[storage]` (SQLite or PostgreSQL): a table keyed by the
+//! 32-byte identity hash, with the raw endpoint and MessageId for diagnostics and an index on
+//! (endpoint, creation time) for bounded per-endpoint purges. The schema bootstrap is
+//! idempotent; with `auto_create_table = false` a missing table is a start-up error.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{AssertSqlSafe, PgPool, SqlitePool};
+
+use super::{InboxError, InboxKey, InboxStore};
+use crate::queue::now_ms;
+
+fn missing_table(table: &str) -> InboxError {
+    InboxError::Setup(format!(
+        "the inbox table `{table}` does not exist and inbox.sql.auto_create_table = false: create it, or set auto_create_table = true"
+    ))
+}
+
+/// The inbox table in SQLite.
+pub struct SqliteInbox {
+    pool: SqlitePool,
+    check: String,
+    record: String,
+    purge: String,
+}
+
+impl SqliteInbox {
+    /// Open the database at `url` and bootstrap (or require) `table`.
+    pub async fn open(url: &str, table: &str, auto_create: bool) -> Result<Self, InboxError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(30));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        if auto_create {
+            sqlx::query(AssertSqlSafe(format!(
+                "CREATE TABLE IF NOT EXISTS {table} (id_hash BLOB PRIMARY KEY, endpoint TEXT NOT NULL,
+                     message_id TEXT NOT NULL, created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL)"
+            )))
+            .execute(&pool)
+            .await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "CREATE INDEX IF NOT EXISTS {table}_created ON {table} (endpoint, created_at_ms)"
+            )))
+            .execute(&pool)
+            .await?;
+        } else if sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {table} LIMIT 0")))
+            .execute(&pool)
+            .await
+            .is_err()
+        {
+            return Err(missing_table(table));
+        }
+        Ok(SqliteInbox {
+            pool,
+            check: format!("SELECT 1 FROM {table} WHERE id_hash = ?1 AND expires_at_ms > ?2"),
+            record: format!(
+                "INSERT INTO {table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (id_hash) DO NOTHING"
+            ),
+            purge: format!(
+                "DELETE FROM {table} WHERE id_hash IN
+                     (SELECT id_hash FROM {table} WHERE endpoint = ?1 AND created_at_ms < ?2 LIMIT ?3)"
+            ),
+        })
+    }
+}
+
+#[async_trait]
+impl InboxStore for SqliteInbox {
+    async fn is_processed(&self, key: &InboxKey) -> Result<bool, InboxError> {
+        let found = sqlx::query(AssertSqlSafe(self.check.as_str()))
+            .bind(&key.hash[..])
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(found.is_some())
+    }
+
+    async fn record(&self, key: &InboxKey, retention_ms: i64) -> Result<(), InboxError> {
+        let now = now_ms();
+        sqlx::query(AssertSqlSafe(self.record.as_str()))
+            .bind(&key.hash[..])
+            .bind(&key.endpoint)
+            .bind(&key.message_id)
+            .bind(now)
+            .bind(now + retention_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn purge_expired(
+        &self,
+        endpoint: &str,
+        cutoff_ms: i64,
+        batch: u32,
+    ) -> Result<u64, InboxError> {
+        let done = sqlx::query(AssertSqlSafe(self.purge.as_str()))
+            .bind(endpoint)
+            .bind(cutoff_ms)
+            .bind(batch as i64)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// The inbox table in PostgreSQL.
+pub struct PostgresInbox {
+    pool: PgPool,
+    check: String,
+    record: String,
+    purge: String,
+}
+
+impl PostgresInbox {
+    /// Connect to `url` (tables in `schema` when given) and bootstrap (or require) `table`.
+    pub async fn open(
+        url: &str,
+        schema: Option<&str>,
+        table: &str,
+        auto_create: bool,
+    ) -> Result<Self, InboxError> {
+        let mut options = PgConnectOptions::from_str(url)?.application_name("wharf-inbox");
+        if let Some(schema) = schema {
+            options = options.options([(
+                "search_path",
+                format!("\"{}\"", schema.replace('"', "\"\"")),
+            )]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        if auto_create {
+            sqlx::query(AssertSqlSafe(format!(
+                "CREATE TABLE IF NOT EXISTS {table} (id_hash BYTEA PRIMARY KEY, endpoint TEXT NOT NULL,
+                     message_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL, expires_at_ms BIGINT NOT NULL)"
+            )))
+            .execute(&pool)
+            .await?;
+            sqlx::query(AssertSqlSafe(format!(
+                "CREATE INDEX IF NOT EXISTS {table}_created ON {table} (endpoint, created_at_ms)"
+            )))
+            .execute(&pool)
+            .await?;
+        } else if sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {table} LIMIT 0")))
+            .execute(&pool)
+            .await
+            .is_err()
+        {
+            return Err(missing_table(table));
+        }
+        Ok(PostgresInbox {
+            pool,
+            check: format!("SELECT 1 FROM {table} WHERE id_hash = $1 AND expires_at_ms > $2"),
+            record: format!(
+                "INSERT INTO {table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id_hash) DO NOTHING"
+            ),
+            purge: format!(
+                "DELETE FROM {table} WHERE id_hash IN
+                     (SELECT id_hash FROM {table} WHERE endpoint = $1 AND created_at_ms < $2 LIMIT $3)"
+            ),
+        })
+    }
+}
+
+#[async_trait]
+impl InboxStore for PostgresInbox {
+    async fn is_processed(&self, key: &InboxKey) -> Result<bool, InboxError> {
+        let found = sqlx::query(AssertSqlSafe(self.check.as_str()))
+            .bind(&key.hash[..])
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(found.is_some())
+    }
+
+    async fn record(&self, key: &InboxKey, retention_ms: i64) -> Result<(), InboxError> {
+        let now = now_ms();
+        sqlx::query(AssertSqlSafe(self.record.as_str()))
+            .bind(&key.hash[..])
+            .bind(&key.endpoint)
+            .bind(&key.message_id)
+            .bind(now)
+            .bind(now + retention_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn purge_expired(
+        &self,
+        endpoint: &str,
+        cutoff_ms: i64,
+        batch: u32,
+    ) -> Result<u64, InboxError> {
+        let done = sqlx::query(AssertSqlSafe(self.purge.as_str()))
+            .bind(endpoint)
+            .bind(cutoff_ms)
+            .bind(batch as i64)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
