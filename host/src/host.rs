@@ -48,8 +48,21 @@ impl HealthCheck for StoreHealth {
     }
 }
 
+/// Replacements for parts a host would otherwise build from its configuration (for tests and
+/// embedding applications).
+#[derive(Default, Clone)]
+pub struct StartOptions {
+    /// Use this inbox store for every queue that enables the inbox.
+    pub inbox_store: Option<Arc<dyn crate::inbox::InboxStore>>,
+}
+
 /// Start a host for `config`.
 pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
+    start_with(config, StartOptions::default()).await
+}
+
+/// Start a host for `config` with some parts replaced.
+pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result<RunningHost> {
     let config = Arc::new(config);
     crate::metrics::install();
     let store = queue::open(
@@ -121,9 +134,11 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     let mut workers = Vec::new();
     for (name, queue_config) in &config.queues {
         let inbox = queue_config.inbox.as_ref().map(|settings| {
-            let store = inboxes
-                .get(settings.store)
-                .expect("every selected inbox store is opened");
+            let store = options.inbox_store.clone().unwrap_or_else(|| {
+                inboxes
+                    .get(settings.store)
+                    .expect("every selected inbox store is opened")
+            });
             let endpoint = queue_config
                 .endpoint
                 .clone()

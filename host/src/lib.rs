@@ -15,4 +15,4 @@ pub mod queue;
 pub mod runtime;
 
 pub use config::Config;
-pub use host::{RunningHost, start};
+pub use host::{RunningHost, StartOptions, start, start_with};

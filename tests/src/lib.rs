@@ -249,3 +249,13 @@ fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one((std::process::id(), Instant::now()))
 }
+
+/// The Redis server the tests use (`REDIS_URL`, default the local one).
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+}
+
+/// A key prefix of its own for one test.
+pub fn unique_prefix(what: &str) -> String {
+    format!("wharf-test:{what}:{:016x}:", rand_u64())
+}

@@ -50,6 +50,7 @@ fn main() -> Result<()> {
         Task::Test { args } => test(&args),
         Task::Bench { args } => {
             services::ensure_postgres()?;
+            services::ensure_redis()?;
             tools::build_guests()?;
             let mut cmd = tools::cargo(&["bench", "--package", "wharf-host"]);
             cmd.args(&args);
@@ -63,6 +64,7 @@ fn main() -> Result<()> {
 fn test(args: &[String]) -> Result<()> {
     tools::ensure_nextest()?;
     services::ensure_postgres()?;
+    services::ensure_redis()?;
     tools::build_guests()?;
     check_format()?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);

@@ -75,3 +75,20 @@ pub fn ensure_postgres() -> Result<()> {
     }
     Ok(())
 }
+
+/// Redis on 127.0.0.1:6379 (nothing kept on disk).
+pub fn ensure_redis() -> Result<()> {
+    const ADDR: &str = "127.0.0.1:6379";
+    if !local("REDIS_URL") || listening(ADDR) {
+        return Ok(());
+    }
+    eprintln!("xtask: Redis is not running on {ADDR}: starting it");
+    if !installed("redis-server") {
+        apt_install("redis-server")?;
+    }
+    run(sh(
+        "mkdir -p /var/lib/redis /var/log/redis && redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 \
+            --save '' --appendonly no --dir /var/lib/redis --logfile /var/log/redis/wharf-tests.log",
+    ))?;
+    wait_listening("Redis", ADDR).context("starting Redis")
+}

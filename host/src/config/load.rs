@@ -156,6 +156,18 @@ impl Config {
                 ),
             ));
         }
+        let table = &self.inbox.sql.table;
+        if table.is_empty()
+            || table.len() > 63
+            || !table.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || table.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(ConfigError::key(
+                file,
+                "inbox.sql.table",
+                format!("`{table}` is not a plain table name (letters, digits, `_`)"),
+            ));
+        }
         let total: u64 = self.queues.values().map(|q| u64::from(q.concurrency)).sum();
         if total > u64::from(self.host.max_instances) {
             return Err(ConfigError::key(

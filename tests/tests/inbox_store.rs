@@ -1,0 +1,239 @@
+//! The `InboxStore` contract, run against every store: SQLite, PostgreSQL, Redis, memory.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wharf_host::inbox::{
+    InboxKey, InboxStore, MemoryInbox, PostgresInbox, RedisInbox, SqliteInbox,
+};
+use wharf_host::queue::now_ms;
+use wharf_tests::{PgSchema, database_url, redis_url, unique_prefix};
+
+/// Long enough for every test; short enough that Redis forgets test keys soon.
+const WEEK: i64 = 120_000;
+
+struct Subject {
+    store: Arc<dyn InboxStore>,
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+async fn sqlite() -> Subject {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
+    Subject {
+        store: Arc::new(SqliteInbox::open(&url, "wharf_inbox", true).await.unwrap()),
+        _guard: Box::new(dir),
+    }
+}
+
+async fn postgres() -> Subject {
+    let schema = PgSchema::new();
+    // The queue store creates the schema; here the inbox is alone, so create it first.
+    wharf_host::queue::PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 1)
+        .await
+        .unwrap();
+    let store = PostgresInbox::open(&database_url(), Some(&schema.name), "wharf_inbox", true)
+        .await
+        .unwrap();
+    Subject {
+        store: Arc::new(store),
+        _guard: Box::new(schema),
+    }
+}
+
+async fn redis() -> Subject {
+    let store = RedisInbox::open(&redis_url(), &unique_prefix("inbox"))
+        .await
+        .unwrap();
+    Subject {
+        store: Arc::new(store),
+        _guard: Box::new(()),
+    }
+}
+
+async fn memory() -> Subject {
+    Subject {
+        store: Arc::new(MemoryInbox::default()),
+        _guard: Box::new(()),
+    }
+}
+
+fn key(endpoint: &str, id: &str) -> InboxKey {
+    InboxKey::new(endpoint, id).unwrap()
+}
+
+macro_rules! for_store {
+    ($store:ident: $($test:ident),* $(,)?) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let subject = super::$store().await;
+                    super::$test(subject.store.clone()).await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! conformance {
+    ($($store:ident),*) => {
+        $(
+            for_store!($store:
+                recorded_ids_are_processed,
+                concurrent_records_are_idempotent,
+                endpoints_are_isolated,
+                ids_are_case_sensitive,
+                trailing_whitespace_makes_ids_distinct,
+                ids_of_512_characters_work,
+                expired_records_are_not_processed,
+            );
+        )*
+    };
+}
+
+conformance!(sqlite, postgres, redis, memory);
+
+/// Stores that keep expired rows until purged (Redis expires keys by itself).
+macro_rules! purging {
+    ($($store:ident),*) => {
+        mod purge {
+            $(
+                mod $store {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn purge_removes_only_expired_rows_of_its_endpoint() {
+                        let subject = super::super::$store().await;
+                        super::super::purge_removes_only_expired_rows_of_its_endpoint(subject.store.clone()).await;
+                    }
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn purge_is_bounded_per_pass() {
+                        let subject = super::super::$store().await;
+                        super::super::purge_is_bounded_per_pass(subject.store.clone()).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+purging!(sqlite, postgres, memory);
+
+async fn recorded_ids_are_processed(store: Arc<dyn InboxStore>) {
+    let k = key("billing", "msg-1");
+    assert!(!store.is_processed(&k).await.unwrap());
+    store.record(&k, WEEK).await.unwrap();
+    assert!(store.is_processed(&k).await.unwrap());
+    store.record(&k, WEEK).await.unwrap();
+    assert!(
+        store.is_processed(&k).await.unwrap(),
+        "recording twice is fine"
+    );
+}
+
+async fn concurrent_records_are_idempotent(store: Arc<dyn InboxStore>) {
+    let k = key("billing", "race");
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let (store, k) = (store.clone(), k.clone());
+        tasks.spawn(async move { store.record(&k, WEEK).await });
+    }
+    for result in tasks.join_all().await {
+        result.expect("every concurrent first writer succeeds");
+    }
+    assert!(store.is_processed(&k).await.unwrap());
+}
+
+async fn endpoints_are_isolated(store: Arc<dyn InboxStore>) {
+    store.record(&key("billing", "m-1"), WEEK).await.unwrap();
+    assert!(!store.is_processed(&key("shipping", "m-1")).await.unwrap());
+    assert!(store.is_processed(&key("billing", "m-1")).await.unwrap());
+}
+
+async fn ids_are_case_sensitive(store: Arc<dyn InboxStore>) {
+    store
+        .record(&key("billing", "Order-A"), WEEK)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .is_processed(&key("billing", "order-a"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .is_processed(&key("Billing", "Order-A"))
+            .await
+            .unwrap()
+    );
+}
+
+async fn trailing_whitespace_makes_ids_distinct(store: Arc<dyn InboxStore>) {
+    store.record(&key("billing", "m-1"), WEEK).await.unwrap();
+    assert!(!store.is_processed(&key("billing", "m-1 ")).await.unwrap());
+    assert!(!store.is_processed(&key("billing", "m-1\t")).await.unwrap());
+}
+
+async fn ids_of_512_characters_work(store: Arc<dyn InboxStore>) {
+    let long = "é".repeat(512);
+    let k = key("billing", &long);
+    store.record(&k, WEEK).await.unwrap();
+    assert!(store.is_processed(&k).await.unwrap());
+    let mut other = long.clone();
+    other.pop();
+    other.push('e');
+    assert!(!store.is_processed(&key("billing", &other)).await.unwrap());
+}
+
+async fn expired_records_are_not_processed(store: Arc<dyn InboxStore>) {
+    let k = key("billing", "short-lived");
+    store.record(&k, 100).await.unwrap();
+    assert!(store.is_processed(&k).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(
+        !store.is_processed(&k).await.unwrap(),
+        "after its retention a record no longer counts"
+    );
+}
+
+async fn purge_removes_only_expired_rows_of_its_endpoint(store: Arc<dyn InboxStore>) {
+    store.record(&key("billing", "old"), WEEK).await.unwrap();
+    store.record(&key("shipping", "old"), WEEK).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let cutoff = now_ms();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    store.record(&key("billing", "new"), WEEK).await.unwrap();
+    assert_eq!(
+        store.purge_expired("billing", cutoff, 1000).await.unwrap(),
+        1
+    );
+    assert!(!store.is_processed(&key("billing", "old")).await.unwrap());
+    assert!(
+        store.is_processed(&key("billing", "new")).await.unwrap(),
+        "newer than the cutoff: kept"
+    );
+    assert!(
+        store.is_processed(&key("shipping", "old")).await.unwrap(),
+        "another endpoint's record: kept"
+    );
+}
+
+async fn purge_is_bounded_per_pass(store: Arc<dyn InboxStore>) {
+    for n in 0..25 {
+        store
+            .record(&key("billing", &format!("m-{n}")), WEEK)
+            .await
+            .unwrap();
+    }
+    let cutoff = now_ms() + 1;
+    assert_eq!(
+        store.purge_expired("billing", cutoff, 10).await.unwrap(),
+        10
+    );
+    assert_eq!(
+        store.purge_expired("billing", cutoff, 10).await.unwrap(),
+        10
+    );
+    assert_eq!(store.purge_expired("billing", cutoff, 10).await.unwrap(), 5);
+    assert_eq!(store.purge_expired("billing", cutoff, 10).await.unwrap(), 0);
+}
