@@ -1,6 +1,6 @@
 //! End-to-end throughput: messages enqueued, then processed by a no-op guest through the
 //! whole host (lease batches, fresh instance per message, batched settlement), on SQLite
-//! (20k messages) and PostgreSQL (100k messages).
+//! (20k messages) and PostgreSQL (100k messages, without and with the consumer inbox).
 
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
@@ -45,7 +45,7 @@ async fn drop_schema(postgres: bool, run: u64) {
     }
 }
 
-async fn run_once(postgres: bool, messages: u64, run: u64) -> Duration {
+async fn run_once(postgres: bool, inbox: bool, messages: u64, run: u64) -> Duration {
     let guest = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../sample-handlers/target/wasm32-wasip2/release/noop.wasm");
     assert!(guest.exists(), "build the guests first: cargo xtask guests");
@@ -53,8 +53,9 @@ async fn run_once(postgres: bool, messages: u64, run: u64) -> Duration {
     std::fs::create_dir_all(dir.path().join("handlers")).unwrap();
     let config_path = dir.path().join("wharf.toml");
     let text = format!(
-        "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\n{}\n[queues.bench]\nhandler = \"noop\"\nconcurrency = 64\nbatch = 64\n",
-        storage(postgres, run)
+        "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\n{}\n[queues.bench]\nhandler = \"noop\"\nconcurrency = 64\nbatch = 64\n{}",
+        storage(postgres, run),
+        if inbox { "inbox = { store = \"sql\" }\n" } else { "" }
     );
     std::fs::write(&config_path, text).unwrap();
     let host = wharf_host::start(Config::load(&config_path).unwrap())
@@ -107,9 +108,10 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let mut run = 0;
-    for (name, postgres, messages, time) in [
-        ("sqlite, no-op guest, 20k messages", false, 20_000u64, 40),
-        ("postgres, no-op guest, 100k messages", true, 100_000u64, 60),
+    for (name, postgres, inbox, messages, time) in [
+        ("sqlite, no-op guest, 20k messages", false, false, 20_000u64, 40),
+        ("postgres, no-op guest, 100k messages", true, false, 100_000u64, 60),
+        ("postgres + sql inbox, no-op guest, 100k messages", true, true, 100_000u64, 60),
     ] {
         let mut group = c.benchmark_group("end-to-end");
         group.throughput(Throughput::Elements(messages));
@@ -122,7 +124,7 @@ fn bench(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     run += 1;
-                    total += rt.block_on(run_once(postgres, messages, run));
+                    total += rt.block_on(run_once(postgres, inbox, messages, run));
                 }
                 total
             })
