@@ -55,7 +55,11 @@ async fn run_once(postgres: bool, inbox: bool, messages: u64, run: u64) -> Durat
     let text = format!(
         "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\n{}\n[queues.bench]\nhandler = \"noop\"\nconcurrency = 64\nbatch = 64\n{}",
         storage(postgres, run),
-        if inbox { "inbox = { store = \"sql\" }\n" } else { "" }
+        if inbox {
+            "inbox = { store = \"sql\" }\n"
+        } else {
+            ""
+        }
     );
     std::fs::write(&config_path, text).unwrap();
     let host = wharf_host::start(Config::load(&config_path).unwrap())
@@ -109,9 +113,27 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let mut run = 0;
     for (name, postgres, inbox, messages, time) in [
-        ("sqlite, no-op guest, 20k messages", false, false, 20_000u64, 40),
-        ("postgres, no-op guest, 100k messages", true, false, 100_000u64, 60),
-        ("postgres + sql inbox, no-op guest, 100k messages", true, true, 100_000u64, 60),
+        (
+            "sqlite, no-op guest, 20k messages",
+            false,
+            false,
+            20_000u64,
+            40,
+        ),
+        (
+            "postgres, no-op guest, 100k messages",
+            true,
+            false,
+            100_000u64,
+            60,
+        ),
+        (
+            "postgres + sql inbox, no-op guest, 100k messages",
+            true,
+            true,
+            100_000u64,
+            60,
+        ),
     ] {
         let mut group = c.benchmark_group("end-to-end");
         group.throughput(Throughput::Elements(messages));

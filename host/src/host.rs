@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, HealthCheck, HealthRegistry};
 use crate::config::Config;
-use crate::dispatch::{InboxBinding, QueueWorker, Settler};
+use crate::dispatch::{InboxBinding, QueueWorker, Recorder, Settler};
 use crate::enqueue::QueueRouter;
 use crate::inbox::{self, InboxStores};
 use crate::queue::{self, QueueStore};
@@ -152,8 +152,10 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
                     shutdown.clone(),
                 )));
             }
+            let recorder = Recorder::start(store.clone(), settings.retention.as_millis() as i64);
             InboxBinding {
                 store,
+                recorder,
                 endpoint,
                 retention: settings.retention,
                 provider: "sql",

@@ -10,6 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::Shared;
 use super::outcome::{decide, transient};
+use super::recorder::Recorder;
 use crate::inbox::{InboxKey, InboxStore};
 use crate::queue::{Backoff, Disposition, LeasedMessage, SettleResult, Settlement};
 use crate::runtime::{LoadedHandler, Message, Outcome};
@@ -19,6 +20,8 @@ use crate::runtime::{LoadedHandler, Message, Outcome};
 pub struct InboxBinding {
     /// Where records live.
     pub store: Arc<dyn InboxStore>,
+    /// Batches records into the store.
+    pub recorder: Recorder,
     /// The endpoint the records are keyed on.
     pub endpoint: String,
     /// How long a record is kept.
@@ -27,11 +30,68 @@ pub struct InboxBinding {
     pub provider: &'static str,
 }
 
+/// The inbox check of one message, done for the whole leased batch at once.
+pub(crate) enum Precheck {
+    /// The queue has no inbox, or the message id cannot be deduplicated.
+    Bypass,
+    /// Checked: whether it was already processed.
+    Checked(InboxKey, bool),
+    /// The check failed.
+    Failed(String),
+}
+
+/// Check a leased batch against the queue's inbox in one round trip.
+pub(crate) async fn precheck(shared: &Shared, batch: &[LeasedMessage]) -> Vec<Precheck> {
+    let w = &shared.worker;
+    let Some(binding) = &w.inbox else {
+        return batch.iter().map(|_| Precheck::Bypass).collect();
+    };
+    let keys: Vec<Option<InboxKey>> = batch
+        .iter()
+        .map(|m| match InboxKey::new(&binding.endpoint, &m.delivery_id) {
+            Ok(key) => Some(key),
+            Err(reason) => {
+                tracing::warn!(queue = %w.name, endpoint = %binding.endpoint, key = m.lease.key, "inbox bypassed: {reason}; the handler runs without deduplication");
+                None
+            }
+        })
+        .collect();
+    let usable: Vec<InboxKey> = keys.iter().flatten().cloned().collect();
+    let checked = if usable.is_empty() {
+        Ok(Vec::new())
+    } else {
+        binding.store.check_many(&usable).await
+    };
+    let mut found = match checked {
+        Ok(found) => found.into_iter(),
+        Err(e) => {
+            let text = format!("inbox check failed: {e}");
+            return keys
+                .iter()
+                .map(|k| {
+                    if k.is_some() {
+                        Precheck::Failed(text.clone())
+                    } else {
+                        Precheck::Bypass
+                    }
+                })
+                .collect();
+        }
+    };
+    keys.into_iter()
+        .map(|k| match k {
+            Some(key) => Precheck::Checked(key, found.next().unwrap_or(false)),
+            None => Precheck::Bypass,
+        })
+        .collect()
+}
+
 /// Process one leased message and settle it.
 pub(crate) async fn process(
     shared: Arc<Shared>,
     handler: Arc<LoadedHandler>,
     leased: LeasedMessage,
+    check: Precheck,
     _permit: OwnedSemaphorePermit,
 ) {
     let w = &shared.worker;
@@ -43,42 +103,35 @@ pub(crate) async fn process(
     };
     let failed = |error: String| transient(error, attempt, w.config.max_attempts, backoff);
 
-    // 1. Inbox check, for a usable MessageId.
-    let inbox = w.inbox.as_ref().and_then(|b| match InboxKey::new(&b.endpoint, &leased.delivery_id) {
-        Ok(key) => Some((b, key)),
-        Err(reason) => {
-            tracing::warn!(queue = %w.name, endpoint = %b.endpoint, key = lease.key, "inbox bypassed: {reason}; the handler runs without deduplication");
-            None
+    // 1. Inbox check (made for the whole batch before the guests ran).
+    let inbox = match check {
+        Precheck::Bypass => None,
+        Precheck::Failed(error) => {
+            let disposition = failed(error);
+            log(&shared, lease.key, attempt, &disposition);
+            settle(&shared, lease, disposition, None).await;
+            return;
         }
-    });
-    if let Some((binding, key)) = &inbox {
-        match binding.store.is_processed(key).await {
-            Ok(true) => {
-                tracing::info!(
-                    name: "duplicate_detected", target: "wharf::inbox",
-                    queue = %w.name, endpoint = %binding.endpoint, provider = binding.provider,
-                    key = lease.key, message_id = %key.message_id, id = leased.id.as_deref().unwrap_or(""),
-                    "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
-                );
-                crate::metrics::duplicate_detected(&binding.endpoint, &w.name, binding.provider);
-                settle(
-                    &shared,
-                    lease,
-                    Disposition::Complete,
-                    Some("skipped: duplicate"),
-                )
-                .await;
-                return;
-            }
-            Ok(false) => {}
-            Err(e) => {
-                let disposition = failed(format!("inbox check failed: {e}"));
-                log(&shared, lease.key, attempt, &disposition);
-                settle(&shared, lease, disposition, None).await;
-                return;
-            }
+        Precheck::Checked(key, true) => {
+            let binding = w.inbox.as_ref().expect("checked against the queue's inbox");
+            tracing::info!(
+                name: "duplicate_detected", target: "wharf::inbox",
+                queue = %w.name, endpoint = %binding.endpoint, provider = binding.provider,
+                key = lease.key, message_id = %key.message_id, id = leased.id.as_deref().unwrap_or(""),
+                "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
+            );
+            crate::metrics::duplicate_detected(&binding.endpoint, &w.name, binding.provider);
+            settle(
+                &shared,
+                lease,
+                Disposition::Complete,
+                Some("skipped: duplicate"),
+            )
+            .await;
+            return;
         }
-    }
+        Precheck::Checked(key, false) => w.inbox.as_ref().map(|b| (b, key)),
+    };
 
     // 2. The guest.
     let source = leased.source_delivery_id.clone();
@@ -108,15 +161,11 @@ pub(crate) async fn process(
         let source_key = source
             .as_deref()
             .and_then(|s| InboxKey::new(&binding.endpoint, s).ok());
-        let retention = binding.retention.as_millis() as i64;
-        let mut recorded = Ok(());
-        for k in source_key.iter().chain(std::iter::once(key)) {
-            recorded = binding.store.record(k, retention).await;
-            if recorded.is_err() {
-                break;
-            }
-        }
-        if let Err(e) = recorded {
+        let keys: Vec<InboxKey> = source_key
+            .into_iter()
+            .chain(std::iter::once(key.clone()))
+            .collect();
+        if let Err(e) = binding.recorder.record(keys).await {
             disposition = failed(format!(
                 "inbox record failed after the handler succeeded: {e}"
             ));

@@ -6,6 +6,7 @@
 
 mod deliver;
 mod outcome;
+mod recorder;
 mod settle;
 
 use std::collections::HashSet;
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use deliver::InboxBinding;
 pub use outcome::{decide, transient};
+pub use recorder::Recorder;
 pub use settle::Settler;
 
 use crate::config::QueueConfig;
@@ -139,7 +141,9 @@ impl QueueWorker {
             let got = leased.len();
             // A lease that came back short means the queue is drained: do not wait to batch.
             last_lease_short = got < permits.len();
-            for (message, permit) in leased.into_iter().zip(permits.drain(..)) {
+            let checks = deliver::precheck(&shared, &leased).await;
+            for ((message, check), permit) in leased.into_iter().zip(checks).zip(permits.drain(..))
+            {
                 shared
                     .in_flight
                     .lock()
@@ -149,6 +153,7 @@ impl QueueWorker {
                     shared.clone(),
                     handler.clone(),
                     message,
+                    check,
                     permit,
                 ));
             }

@@ -108,6 +108,24 @@ pub trait InboxStore: Send + Sync + 'static {
         cutoff_ms: i64,
         batch: u32,
     ) -> Result<u64, InboxError>;
+
+    /// Check several keys at once (one round trip where the store can); returns, for each
+    /// key in order, whether it was processed.
+    async fn check_many(&self, keys: &[InboxKey]) -> Result<Vec<bool>, InboxError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            out.push(self.is_processed(key).await?);
+        }
+        Ok(out)
+    }
+
+    /// Record several keys at once (one round trip where the store can).
+    async fn record_many(&self, keys: &[InboxKey], retention_ms: i64) -> Result<(), InboxError> {
+        for key in keys {
+            self.record(key, retention_ms).await?;
+        }
+        Ok(())
+    }
 }
 
 /// The inbox stores the configuration's queues select, opened once each.

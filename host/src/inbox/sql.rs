@@ -119,6 +119,8 @@ pub struct PostgresInbox {
     check: String,
     record: String,
     purge: String,
+    check_many: String,
+    record_many: String,
 }
 
 impl PostgresInbox {
@@ -170,12 +172,45 @@ impl PostgresInbox {
                 "DELETE FROM {table} WHERE id_hash IN
                      (SELECT id_hash FROM {table} WHERE endpoint = $1 AND created_at_ms < $2 LIMIT $3)"
             ),
+            check_many: format!("SELECT id_hash FROM {table} WHERE id_hash = ANY($1) AND expires_at_ms > $2"),
+            record_many: format!(
+                "INSERT INTO {table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+                 SELECT h, e, m, $4, $5 FROM UNNEST($1::bytea[], $2::text[], $3::text[]) AS r(h, e, m)
+                 ON CONFLICT (id_hash) DO NOTHING"
+            ),
         })
     }
 }
 
 #[async_trait]
 impl InboxStore for PostgresInbox {
+    async fn check_many(&self, keys: &[InboxKey]) -> Result<Vec<bool>, InboxError> {
+        let hashes: Vec<Vec<u8>> = keys.iter().map(|k| k.hash.to_vec()).collect();
+        let found: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(self.check_many.as_str()))
+            .bind(&hashes)
+            .bind(now_ms())
+            .fetch_all(&self.pool)
+            .await?;
+        let found: std::collections::HashSet<Vec<u8>> = found.into_iter().collect();
+        Ok(hashes.iter().map(|h| found.contains(h)).collect())
+    }
+
+    async fn record_many(&self, keys: &[InboxKey], retention_ms: i64) -> Result<(), InboxError> {
+        let now = now_ms();
+        let hashes: Vec<Vec<u8>> = keys.iter().map(|k| k.hash.to_vec()).collect();
+        let endpoints: Vec<&str> = keys.iter().map(|k| k.endpoint.as_str()).collect();
+        let ids: Vec<&str> = keys.iter().map(|k| k.message_id.as_str()).collect();
+        sqlx::query(AssertSqlSafe(self.record_many.as_str()))
+            .bind(&hashes)
+            .bind(&endpoints)
+            .bind(&ids)
+            .bind(now)
+            .bind(now + retention_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn is_processed(&self, key: &InboxKey) -> Result<bool, InboxError> {
         let found = sqlx::query(AssertSqlSafe(self.check.as_str()))
             .bind(&key.hash[..])
