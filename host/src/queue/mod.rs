@@ -10,6 +10,7 @@ mod notify;
 mod payload;
 mod plan;
 mod postgres;
+mod rows;
 mod sqlite;
 mod status;
 mod types;

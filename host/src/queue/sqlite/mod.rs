@@ -2,6 +2,9 @@
 //! writers, so every transaction here starts with a write and holds the lock it decides under;
 //! identity is still enforced by the unique index on (queue, message_id).
 
+mod manage;
+mod statements;
+
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -11,6 +14,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
+use self::statements::*;
+use super::rows::{decode_headers, encode_headers, stored_from_row};
 use super::{
     Disposition, EnqueueStatus, Enqueued, Existing, HistoryEntry, Lease, LeasedMessage,
     MessageFilter, NewMessage, NextVersion, Plan, QueueError, QueueStore, Retention, Selector,
@@ -43,173 +48,9 @@ impl SqliteStore {
     }
 }
 
-pub(crate) fn encode_headers(headers: &[(String, String)]) -> String {
-    serde_json::to_string(headers).unwrap_or_else(|_| "[]".into())
-}
-
-pub(crate) fn decode_headers(text: &str) -> Result<Vec<(String, String)>, QueueError> {
-    serde_json::from_str(text).map_err(|e| QueueError::Corrupt {
-        what: "headers",
-        reason: e.to_string(),
-    })
-}
-
-/// Read a full `messages` row (works for SQLite and PostgreSQL rows alike).
-macro_rules! stored_from_row {
-    ($row:expr) => {{
-        let row = $row;
-        let next = match row.try_get::<Option<String>, _>("next_payload")? {
-            Some(payload) => Some(NextVersion {
-                payload,
-                priority: row.try_get::<Option<i32>, _>("next_priority")?.unwrap_or(0),
-                process_at_ms: row
-                    .try_get::<Option<i64>, _>("next_process_at_ms")?
-                    .unwrap_or(0),
-                status: row.try_get("next_status")?,
-            }),
-            None => None,
-        };
-        Ok::<_, QueueError>(StoredMessage {
-            key: row.try_get("key")?,
-            queue: row.try_get("queue")?,
-            id: row.try_get("message_id")?,
-            delivery_id: row.try_get("delivery_id")?,
-            status: Status::parse(&row.try_get::<String, _>("status")?),
-            payload: row.try_get("payload")?,
-            headers: decode_headers(&row.try_get::<String, _>("headers")?)?,
-            priority: row.try_get("priority")?,
-            attempts: row.try_get::<i32, _>("attempts")? as u32,
-            process_at_ms: row.try_get("process_at_ms")?,
-            created_at_ms: row.try_get("created_at_ms")?,
-            enqueued_at_ms: row.try_get("enqueued_at_ms")?,
-            updated_at_ms: row.try_get("updated_at_ms")?,
-            processed_at_ms: row.try_get("processed_at_ms")?,
-            lease_expires_at_ms: row.try_get("lease_expires_at_ms")?,
-            last_error: row.try_get("last_error")?,
-            version: row.try_get("version")?,
-            outcome: row.try_get("outcome")?,
-            source_delivery_id: row.try_get("source_delivery_id")?,
-            next,
-        })
-    }};
-}
-
-/// Read a `message_history` row (SQLite and PostgreSQL alike).
-macro_rules! history_from_row {
-    ($row:expr) => {{
-        let row = $row;
-        Ok::<_, QueueError>(HistoryEntry {
-            queue: row.try_get("queue")?,
-            id: row.try_get("message_id")?,
-            message_key: row.try_get("message_key")?,
-            version: row.try_get("version")?,
-            delivery_id: row.try_get("delivery_id")?,
-            payload: row.try_get("payload")?,
-            headers: decode_headers(&row.try_get::<String, _>("headers")?)?,
-            priority: row.try_get("priority")?,
-            status: Status::parse(&row.try_get::<String, _>("status")?),
-            attempts: row.try_get::<i32, _>("attempts")? as u32,
-            last_error: row.try_get("last_error")?,
-            enqueued_at_ms: row.try_get("enqueued_at_ms")?,
-            processed_at_ms: row.try_get("processed_at_ms")?,
-            recorded_at_ms: row.try_get("recorded_at_ms")?,
-        })
-    }};
-}
-pub(crate) use {history_from_row, stored_from_row};
-
 fn stored(row: &SqliteRow) -> Result<StoredMessage, QueueError> {
     stored_from_row!(row)
 }
-
-const INSERT: &str = "
-INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, headers, priority, status,
-                      process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?10)
-ON CONFLICT (queue, message_id) WHERE message_id IS NOT NULL DO NOTHING
-RETURNING key";
-
-const DEFER: &str = "
-UPDATE messages SET next_delivery_id = ?1, next_payload = ?2, next_payload_hash = ?3, next_headers = ?4,
-    next_priority = ?5, next_process_at_ms = ?6, next_status = ?7, next_enqueued_at_ms = ?8,
-    status = 'awaiting-release', version = version + 1, updated_at_ms = ?8
-WHERE key = ?9";
-
-/// Copy the live version of the selected rows into history, with `status` (?2) when given.
-const RECORD_HISTORY: &str = "
-INSERT INTO message_history (queue, message_id, message_key, version, delivery_id, payload, headers, priority,
-                             status, attempts, last_error, enqueued_at_ms, processed_at_ms, recorded_at_ms)
-SELECT queue, message_id, key, version, delivery_id, payload, headers, priority,
-       COALESCE(?2, status), attempts, COALESCE(?3, last_error), enqueued_at_ms,
-       CASE WHEN ?2 = 'processed' THEN ?1 ELSE processed_at_ms END, ?1
-FROM messages WHERE key = ?4 AND message_id IS NOT NULL AND (?5 IS NULL OR lease_token = ?5)
-  AND (?6 IS NULL OR status = ?6)";
-
-const REPLACE: &str = "
-UPDATE messages SET delivery_id = ?1, payload = ?2, payload_hash = ?3, headers = ?4, priority = ?5,
-    status = ?6, process_at_ms = ?7, enqueued_at_ms = ?8, updated_at_ms = ?8, attempts = 0, last_error = NULL,
-    processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
-    source_delivery_id = NULL, outcome = NULL
-WHERE key = ?9";
-
-const LEASE: &str = "
-UPDATE messages
-SET status = 'processing', attempts = attempts + 1, lease_token = lease_token + 1,
-    lease_expires_at_ms = ?1, updated_at_ms = ?2
-WHERE key IN (
-    SELECT key FROM messages
-    WHERE queue = ?3 AND status IN ('pending', 'sleeping') AND process_at_ms <= ?2
-    ORDER BY priority DESC, process_at_ms, key
-    LIMIT ?4)
-RETURNING key, queue, message_id, delivery_id, payload, headers, priority, attempts,
-          lease_token, enqueued_at_ms, process_at_ms, source_delivery_id";
-
-const COMPLETE: &str = "
-UPDATE messages SET status = 'processed', processed_at_ms = ?1, updated_at_ms = ?1, lease_expires_at_ms = NULL,
-                    outcome = ?4
-WHERE key = ?2 AND lease_token = ?3 AND status = 'processing'";
-
-const DELETE_LEASED: &str =
-    "DELETE FROM messages WHERE key = ?1 AND lease_token = ?2 AND status = 'processing'";
-
-const RETRY: &str = "
-UPDATE messages SET status = CASE WHEN ?2 <= ?1 THEN 'pending' ELSE 'sleeping' END,
-                    process_at_ms = ?2, last_error = COALESCE(?3, last_error),
-                    updated_at_ms = ?1, lease_expires_at_ms = NULL
-WHERE key = ?4 AND lease_token = ?5 AND status = 'processing'";
-
-const FAIL: &str = "
-UPDATE messages SET status = 'failed', last_error = ?2, updated_at_ms = ?1, lease_expires_at_ms = NULL
-WHERE key = ?3 AND lease_token = ?4 AND status = 'processing'";
-
-const RELEASE: &str = "
-UPDATE messages SET status = 'pending', attempts = MAX(attempts - 1, 0), updated_at_ms = ?1, lease_expires_at_ms = NULL
-WHERE key = ?2 AND lease_token = ?3 AND status = 'processing'";
-
-/// The version waiting for release becomes the live one; ?2 forces a status (abandonment
-/// without retry), ?3 sets the last error. Rows: ?4 = key and ?5 = token, or every expired
-/// row of queue ?6.
-const APPLY_NEXT: &str = "
-UPDATE messages SET delivery_id = next_delivery_id, payload = next_payload, payload_hash = next_payload_hash,
-    headers = next_headers, priority = next_priority, process_at_ms = next_process_at_ms,
-    enqueued_at_ms = next_enqueued_at_ms,
-    status = COALESCE(?2, next_status, CASE WHEN next_process_at_ms > ?1 THEN 'sleeping' ELSE 'pending' END),
-    attempts = 0, last_error = ?3, processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = ?1,
-    next_delivery_id = NULL, next_payload = NULL, next_payload_hash = NULL, next_headers = NULL,
-    next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL,
-    source_delivery_id = NULL, outcome = NULL
-WHERE status = 'awaiting-release'
-  AND ((?4 IS NOT NULL AND key = ?4 AND lease_token = ?5)
-       OR (?6 IS NOT NULL AND queue = ?6 AND lease_expires_at_ms <= ?1))";
-
-const EXPIRE: &str = "
-UPDATE messages
-SET status = CASE WHEN ?4 = 0 OR attempts >= ?3 THEN 'failed' ELSE 'pending' END,
-    last_error = 'lease expired before the message was settled (attempt ' || attempts || ')',
-    lease_expires_at_ms = NULL, updated_at_ms = ?1
-WHERE queue = ?2 AND status = 'processing' AND lease_expires_at_ms <= ?1";
-
-const ABANDONED: &str = "lease expired before the message was settled; retry_abandoned = false";
 
 impl SqliteStore {
     async fn settle_one(
@@ -500,70 +341,7 @@ impl QueueStore for SqliteStore {
         retention: &Retention,
         batch: u32,
     ) -> Result<u64, QueueError> {
-        let now = now_ms();
-        let mut tx = self.pool.begin().await?;
-        // Start with a write so the transaction holds the lock it decides under.
-        let pruned = sqlx::query(
-            "DELETE FROM message_history WHERE history_key IN (
-                 SELECT history_key FROM (
-                     SELECT history_key, ROW_NUMBER() OVER (PARTITION BY message_id ORDER BY history_key DESC) AS rn
-                     FROM message_history WHERE queue = ?1)
-                 WHERE rn > ?2 LIMIT ?3)",
-        )
-        .bind(queue)
-        .bind(retention.history_versions as i64)
-        .bind(batch as i64)
-        .execute(&mut *tx)
-        .await?;
-        let mut keys: Vec<i64> = Vec::new();
-        if let Some(age) = retention.max_age_ms {
-            keys = sqlx::query_scalar(
-                "SELECT key FROM messages WHERE queue = ?1 AND status = 'processed' AND processed_at_ms < ?2 LIMIT ?3",
-            )
-            .bind(queue)
-            .bind(now - age)
-            .bind(batch as i64)
-            .fetch_all(&mut *tx)
-            .await?;
-        }
-        if let Some(count) = retention.max_count
-            && (keys.len() as u32) < batch
-        {
-            let extra: Vec<i64> = sqlx::query_scalar(
-                "SELECT key FROM (SELECT key FROM messages WHERE queue = ?1 AND status = 'processed'
-                                  ORDER BY processed_at_ms DESC, key DESC LIMIT -1 OFFSET ?2)
-                 LIMIT ?3",
-            )
-            .bind(queue)
-            .bind(count as i64)
-            .bind((batch as usize - keys.len()) as i64)
-            .fetch_all(&mut *tx)
-            .await?;
-            keys.extend(extra);
-            keys.sort_unstable();
-            keys.dedup();
-        }
-        if !keys.is_empty() {
-            let list = serde_json::to_string(&keys).expect("keys serialize");
-            sqlx::query(
-                "INSERT INTO message_history (queue, message_id, message_key, version, delivery_id, payload, headers,
-                     priority, status, attempts, last_error, enqueued_at_ms, processed_at_ms, recorded_at_ms)
-                 SELECT queue, message_id, key, version, delivery_id, payload, headers, priority, status, attempts,
-                        last_error, enqueued_at_ms, processed_at_ms, ?2
-                 FROM messages WHERE key IN (SELECT value FROM json_each(?1)) AND message_id IS NOT NULL",
-            )
-            .bind(&list)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("DELETE FROM messages WHERE key IN (SELECT value FROM json_each(?1))")
-                .bind(&list)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        let _ = pruned;
-        Ok(keys.len() as u64)
+        self.purge_now(queue, retention, batch).await
     }
 
     async fn get(&self, key: i64) -> Result<Option<StoredMessage>, QueueError> {
@@ -589,12 +367,7 @@ impl QueueStore for SqliteStore {
     }
 
     async fn history(&self, queue: &str, id: &str) -> Result<Vec<HistoryEntry>, QueueError> {
-        let rows = sqlx::query("SELECT * FROM message_history WHERE queue = ?1 AND message_id = ?2 ORDER BY history_key")
-            .bind(queue)
-            .bind(id)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(|r| history_from_row!(r)).collect()
+        self.history_now(queue, id).await
     }
 
     async fn counts(&self, queue: &str) -> Result<Vec<(Status, u64)>, QueueError> {
@@ -613,48 +386,15 @@ impl QueueStore for SqliteStore {
     }
 
     async fn retry(&self, selector: &Selector) -> Result<u64, QueueError> {
-        let (key, queue, status) = match selector {
-            Selector::Key(key) => (Some(*key), None, None),
-            Selector::QueueStatus { queue, status } => {
-                (None, Some(queue.as_str()), Some(status.as_str()))
-            }
-        };
-        let done = sqlx::query(
-            "UPDATE messages SET status = 'pending', process_at_ms = ?1, attempts = 0, updated_at_ms = ?1,
-                 source_delivery_id = COALESCE(source_delivery_id, delivery_id),
-                 delivery_id = lower(hex(randomblob(16))), processed_at_ms = NULL, outcome = NULL
-             WHERE status NOT IN ('processing', 'awaiting-release')
-               AND (?2 IS NULL OR key = ?2) AND (?3 IS NULL OR (queue = ?3 AND status = ?4))",
-        )
-        .bind(now_ms())
-        .bind(key)
-        .bind(queue)
-        .bind(status)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
+        self.retry_now(selector).await
     }
 
     async fn move_to(&self, key: i64, status: &Status) -> Result<bool, QueueError> {
-        let done = sqlx::query(
-            "UPDATE messages SET status = ?1, updated_at_ms = ?2,
-                 process_at_ms = CASE WHEN ?1 = 'pending' THEN ?2 ELSE process_at_ms END
-             WHERE key = ?3 AND status NOT IN ('processing', 'awaiting-release')",
-        )
-        .bind(status.as_str())
-        .bind(now_ms())
-        .bind(key)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        self.move_to_now(key, status).await
     }
 
     async fn delete(&self, key: i64) -> Result<bool, QueueError> {
-        let done = sqlx::query("DELETE FROM messages WHERE key = ?1 AND status NOT IN ('processing', 'awaiting-release')")
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
+        self.delete_now(key).await
     }
 
     async fn ping(&self) -> Result<(), QueueError> {

@@ -3,16 +3,21 @@
 //! in one statement per batch, and enqueues `NOTIFY wharf_ready` (throttled, see
 //! [`super::notify`]), so processors in every process wake on enqueue instead of polling.
 
+mod listen;
+mod manage;
+mod statements;
+
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 use tokio_util::sync::CancellationToken;
 
-use super::sqlite::{decode_headers, encode_headers, history_from_row, stored_from_row};
+use self::statements::*;
+use super::rows::{decode_headers, encode_headers, stored_from_row};
 use super::{
     Disposition, EnqueueStatus, Enqueued, Existing, HistoryEntry, Lease, LeasedMessage,
     MessageFilter, NewMessage, NextVersion, Plan, QueueError, QueueStore, Retention, Selector,
@@ -20,7 +25,7 @@ use super::{
     new_delivery_id, now_ms, plan,
 };
 
-use super::notify::{Notifier, READY_CHANNEL};
+use super::notify::Notifier;
 
 /// The PostgreSQL store.
 #[derive(Debug, Clone)]
@@ -97,95 +102,6 @@ impl PostgresStore {
 fn stored(row: &PgRow) -> Result<StoredMessage, QueueError> {
     stored_from_row!(row)
 }
-
-const INSERT: &str = "
-INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, headers, priority, status,
-                      process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10)
-ON CONFLICT (queue, message_id) WHERE message_id IS NOT NULL DO NOTHING
-RETURNING key";
-
-const DEFER: &str = "
-UPDATE messages SET next_delivery_id = $1, next_payload = $2, next_payload_hash = $3, next_headers = $4,
-    next_priority = $5, next_process_at_ms = $6, next_status = $7, next_enqueued_at_ms = $8,
-    status = 'awaiting-release', version = version + 1, updated_at_ms = $8
-WHERE key = $9";
-
-const RECORD_HISTORY: &str = "
-INSERT INTO message_history (queue, message_id, message_key, version, delivery_id, payload, headers, priority,
-                             status, attempts, last_error, enqueued_at_ms, processed_at_ms, recorded_at_ms)
-SELECT queue, message_id, key, version, delivery_id, payload, headers, priority,
-       COALESCE($2::text, status), attempts, COALESCE($3::text, last_error), enqueued_at_ms,
-       CASE WHEN $2::text = 'processed' THEN $1 ELSE processed_at_ms END, $1
-FROM messages WHERE key = $4 AND message_id IS NOT NULL AND ($5::bigint IS NULL OR lease_token = $5)
-  AND ($6::text IS NULL OR status = $6)";
-
-const REPLACE: &str = "
-UPDATE messages SET delivery_id = $1, payload = $2, payload_hash = $3, headers = $4, priority = $5,
-    status = $6, process_at_ms = $7, enqueued_at_ms = $8, updated_at_ms = $8, attempts = 0, last_error = NULL,
-    processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
-    source_delivery_id = NULL, outcome = NULL
-WHERE key = $9";
-
-const LEASE: &str = "
-UPDATE messages m
-SET status = 'processing', attempts = m.attempts + 1, lease_token = m.lease_token + 1,
-    lease_expires_at_ms = $1, updated_at_ms = $2
-FROM (SELECT key FROM messages
-      WHERE queue = $3 AND status IN ('pending', 'sleeping') AND process_at_ms <= $2
-      ORDER BY priority DESC, process_at_ms, key
-      LIMIT $4
-      FOR UPDATE SKIP LOCKED) ready
-WHERE m.key = ready.key
-RETURNING m.key, m.queue, m.message_id, m.delivery_id, m.payload, m.headers, m.priority, m.attempts,
-          m.lease_token, m.enqueued_at_ms, m.process_at_ms, m.source_delivery_id";
-
-const COMPLETE_MANY: &str = "
-UPDATE messages m SET status = 'processed', processed_at_ms = $1, updated_at_ms = $1, lease_expires_at_ms = NULL,
-                      outcome = done.outcome
-FROM UNNEST($2::bigint[], $3::bigint[], $4::text[]) AS done(key, token, outcome)
-WHERE m.key = done.key AND m.lease_token = done.token AND m.status = 'processing'
-RETURNING m.key";
-
-const DELETE_LEASED: &str =
-    "DELETE FROM messages WHERE key = $1 AND lease_token = $2 AND status = 'processing'";
-
-const RETRY: &str = "
-UPDATE messages SET status = CASE WHEN $2 <= $1 THEN 'pending' ELSE 'sleeping' END,
-                    process_at_ms = $2, last_error = COALESCE($3, last_error),
-                    updated_at_ms = $1, lease_expires_at_ms = NULL
-WHERE key = $4 AND lease_token = $5 AND status = 'processing'";
-
-const FAIL: &str = "
-UPDATE messages SET status = 'failed', last_error = $2, updated_at_ms = $1, lease_expires_at_ms = NULL
-WHERE key = $3 AND lease_token = $4 AND status = 'processing'";
-
-const RELEASE: &str = "
-UPDATE messages SET status = 'pending', attempts = GREATEST(attempts - 1, 0), updated_at_ms = $1,
-                    lease_expires_at_ms = NULL
-WHERE key = $2 AND lease_token = $3 AND status = 'processing'";
-
-const APPLY_NEXT: &str = "
-UPDATE messages SET delivery_id = next_delivery_id, payload = next_payload, payload_hash = next_payload_hash,
-    headers = next_headers, priority = next_priority, process_at_ms = next_process_at_ms,
-    enqueued_at_ms = next_enqueued_at_ms,
-    status = COALESCE($2::text, next_status, CASE WHEN next_process_at_ms > $1 THEN 'sleeping' ELSE 'pending' END),
-    attempts = 0, last_error = $3::text, processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = $1,
-    next_delivery_id = NULL, next_payload = NULL, next_payload_hash = NULL, next_headers = NULL,
-    next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL,
-    source_delivery_id = NULL, outcome = NULL
-WHERE status = 'awaiting-release'
-  AND (($4::bigint IS NOT NULL AND key = $4 AND lease_token = $5::bigint)
-       OR ($6::text IS NOT NULL AND queue = $6 AND lease_expires_at_ms <= $1))";
-
-const EXPIRE: &str = "
-UPDATE messages
-SET status = CASE WHEN NOT $4 OR attempts >= $3 THEN 'failed' ELSE 'pending' END,
-    last_error = 'lease expired before the message was settled (attempt ' || attempts || ')',
-    lease_expires_at_ms = NULL, updated_at_ms = $1
-WHERE queue = $2 AND status = 'processing' AND lease_expires_at_ms <= $1";
-
-const ABANDONED: &str = "lease expired before the message was settled; retry_abandoned = false";
 
 impl PostgresStore {
     async fn settle_one(
@@ -558,68 +474,7 @@ impl QueueStore for PostgresStore {
         retention: &Retention,
         batch: u32,
     ) -> Result<u64, QueueError> {
-        let now = now_ms();
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "DELETE FROM message_history WHERE history_key IN (
-                 SELECT history_key FROM (
-                     SELECT history_key, ROW_NUMBER() OVER (PARTITION BY message_id ORDER BY history_key DESC) AS rn
-                     FROM message_history WHERE queue = $1) ranked
-                 WHERE rn > $2 LIMIT $3)",
-        )
-        .bind(queue)
-        .bind(retention.history_versions as i64)
-        .bind(batch as i64)
-        .execute(&mut *tx)
-        .await?;
-        let mut keys: Vec<i64> = Vec::new();
-        if let Some(age) = retention.max_age_ms {
-            keys = sqlx::query_scalar(
-                "SELECT key FROM messages WHERE queue = $1 AND status = 'processed' AND processed_at_ms < $2
-                 LIMIT $3 FOR UPDATE SKIP LOCKED",
-            )
-            .bind(queue)
-            .bind(now - age)
-            .bind(batch as i64)
-            .fetch_all(&mut *tx)
-            .await?;
-        }
-        if let Some(count) = retention.max_count
-            && (keys.len() as u32) < batch
-        {
-            let extra: Vec<i64> = sqlx::query_scalar(
-                "SELECT key FROM (SELECT key FROM messages WHERE queue = $1 AND status = 'processed'
-                                  ORDER BY processed_at_ms DESC, key DESC OFFSET $2) old
-                 LIMIT $3",
-            )
-            .bind(queue)
-            .bind(count as i64)
-            .bind((batch as usize - keys.len()) as i64)
-            .fetch_all(&mut *tx)
-            .await?;
-            keys.extend(extra);
-            keys.sort_unstable();
-            keys.dedup();
-        }
-        if !keys.is_empty() {
-            sqlx::query(
-                "INSERT INTO message_history (queue, message_id, message_key, version, delivery_id, payload, headers,
-                     priority, status, attempts, last_error, enqueued_at_ms, processed_at_ms, recorded_at_ms)
-                 SELECT queue, message_id, key, version, delivery_id, payload, headers, priority, status, attempts,
-                        last_error, enqueued_at_ms, processed_at_ms, $2
-                 FROM messages WHERE key = ANY($1) AND message_id IS NOT NULL AND status = 'processed'",
-            )
-            .bind(&keys)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("DELETE FROM messages WHERE key = ANY($1) AND status = 'processed'")
-                .bind(&keys)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(keys.len() as u64)
+        self.purge_now(queue, retention, batch).await
     }
 
     async fn get(&self, key: i64) -> Result<Option<StoredMessage>, QueueError> {
@@ -645,12 +500,7 @@ impl QueueStore for PostgresStore {
     }
 
     async fn history(&self, queue: &str, id: &str) -> Result<Vec<HistoryEntry>, QueueError> {
-        let rows = sqlx::query("SELECT * FROM message_history WHERE queue = $1 AND message_id = $2 ORDER BY history_key")
-            .bind(queue)
-            .bind(id)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(|r| history_from_row!(r)).collect()
+        self.history_now(queue, id).await
     }
 
     async fn counts(&self, queue: &str) -> Result<Vec<(Status, u64)>, QueueError> {
@@ -669,48 +519,15 @@ impl QueueStore for PostgresStore {
     }
 
     async fn retry(&self, selector: &Selector) -> Result<u64, QueueError> {
-        let (key, queue, status) = match selector {
-            Selector::Key(key) => (Some(*key), None, None),
-            Selector::QueueStatus { queue, status } => {
-                (None, Some(queue.as_str()), Some(status.as_str()))
-            }
-        };
-        let done = sqlx::query(
-            "UPDATE messages SET status = 'pending', process_at_ms = $1, attempts = 0, updated_at_ms = $1,
-                 source_delivery_id = COALESCE(source_delivery_id, delivery_id),
-                 delivery_id = replace(gen_random_uuid()::text, '-', ''), processed_at_ms = NULL, outcome = NULL
-             WHERE status NOT IN ('processing', 'awaiting-release')
-               AND ($2::bigint IS NULL OR key = $2) AND ($3::text IS NULL OR (queue = $3 AND status = $4::text))",
-        )
-        .bind(now_ms())
-        .bind(key)
-        .bind(queue)
-        .bind(status)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
+        self.retry_now(selector).await
     }
 
     async fn move_to(&self, key: i64, status: &Status) -> Result<bool, QueueError> {
-        let done = sqlx::query(
-            "UPDATE messages SET status = $1, updated_at_ms = $2,
-                 process_at_ms = CASE WHEN $1 = 'pending' THEN $2 ELSE process_at_ms END
-             WHERE key = $3 AND status NOT IN ('processing', 'awaiting-release')",
-        )
-        .bind(status.as_str())
-        .bind(now_ms())
-        .bind(key)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        self.move_to_now(key, status).await
     }
 
     async fn delete(&self, key: i64) -> Result<bool, QueueError> {
-        let done = sqlx::query("DELETE FROM messages WHERE key = $1 AND status NOT IN ('processing', 'awaiting-release')")
-            .bind(key)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
+        self.delete_now(key).await
     }
 
     async fn ping(&self) -> Result<(), QueueError> {
@@ -724,53 +541,6 @@ impl QueueStore for PostgresStore {
         shutdown: CancellationToken,
     ) -> Option<tokio::task::JoinHandle<()>> {
         let pool = self.pool.clone();
-        Some(tokio::spawn(listen_for_ready(pool, wake, shutdown)))
-    }
-}
-
-/// Forward `wharf_ready` notifications to `wake` until shutdown, reconnecting after
-/// connection loss (logged once per outage).
-async fn listen_for_ready(pool: PgPool, wake: WakeFn, shutdown: CancellationToken) {
-    let mut failing = false;
-    while !shutdown.is_cancelled() {
-        let listener = async {
-            let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen(READY_CHANNEL).await?;
-            Ok::<_, sqlx::Error>(listener)
-        };
-        let mut listener = match listener.await {
-            Ok(l) => l,
-            Err(e) => {
-                if !failing {
-                    tracing::error!(
-                        "cannot listen for enqueue notifications (falling back to polling, retrying): {e}"
-                    );
-                    failing = true;
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                }
-            }
-        };
-        if std::mem::take(&mut failing) {
-            tracing::info!("listening for enqueue notifications again");
-        }
-        // Notifications may have been missed while disconnected: wake everyone once.
-        wake(None);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                received = listener.try_recv() => match received {
-                    Ok(Some(note)) => wake(Some(note.payload())),
-                    Ok(None) => { wake(None); }
-                    Err(e) => {
-                        tracing::error!("enqueue notifications interrupted, reconnecting: {e}");
-                        failing = true;
-                        break;
-                    }
-                }
-            }
-        }
+        Some(tokio::spawn(listen::listen_for_ready(pool, wake, shutdown)))
     }
 }

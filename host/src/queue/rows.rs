@@ -1,0 +1,79 @@
+//! Reading rows of the `messages` and `message_history` tables, shared by the SQLite and
+//! PostgreSQL stores (their column names and value types line up).
+
+use super::QueueError;
+
+pub(crate) fn encode_headers(headers: &[(String, String)]) -> String {
+    serde_json::to_string(headers).unwrap_or_else(|_| "[]".into())
+}
+
+pub(crate) fn decode_headers(text: &str) -> Result<Vec<(String, String)>, QueueError> {
+    serde_json::from_str(text).map_err(|e| QueueError::Corrupt {
+        what: "headers",
+        reason: e.to_string(),
+    })
+}
+
+/// Read a full `messages` row (works for SQLite and PostgreSQL rows alike).
+macro_rules! stored_from_row {
+    ($row:expr) => {{
+        let row = $row;
+        let next = match row.try_get::<Option<String>, _>("next_payload")? {
+            Some(payload) => Some(NextVersion {
+                payload,
+                priority: row.try_get::<Option<i32>, _>("next_priority")?.unwrap_or(0),
+                process_at_ms: row
+                    .try_get::<Option<i64>, _>("next_process_at_ms")?
+                    .unwrap_or(0),
+                status: row.try_get("next_status")?,
+            }),
+            None => None,
+        };
+        Ok::<_, QueueError>(StoredMessage {
+            key: row.try_get("key")?,
+            queue: row.try_get("queue")?,
+            id: row.try_get("message_id")?,
+            delivery_id: row.try_get("delivery_id")?,
+            status: Status::parse(&row.try_get::<String, _>("status")?),
+            payload: row.try_get("payload")?,
+            headers: decode_headers(&row.try_get::<String, _>("headers")?)?,
+            priority: row.try_get("priority")?,
+            attempts: row.try_get::<i32, _>("attempts")? as u32,
+            process_at_ms: row.try_get("process_at_ms")?,
+            created_at_ms: row.try_get("created_at_ms")?,
+            enqueued_at_ms: row.try_get("enqueued_at_ms")?,
+            updated_at_ms: row.try_get("updated_at_ms")?,
+            processed_at_ms: row.try_get("processed_at_ms")?,
+            lease_expires_at_ms: row.try_get("lease_expires_at_ms")?,
+            last_error: row.try_get("last_error")?,
+            version: row.try_get("version")?,
+            outcome: row.try_get("outcome")?,
+            source_delivery_id: row.try_get("source_delivery_id")?,
+            next,
+        })
+    }};
+}
+
+/// Read a `message_history` row (SQLite and PostgreSQL alike).
+macro_rules! history_from_row {
+    ($row:expr) => {{
+        let row = $row;
+        Ok::<_, QueueError>(HistoryEntry {
+            queue: row.try_get("queue")?,
+            id: row.try_get("message_id")?,
+            message_key: row.try_get("message_key")?,
+            version: row.try_get("version")?,
+            delivery_id: row.try_get("delivery_id")?,
+            payload: row.try_get("payload")?,
+            headers: decode_headers(&row.try_get::<String, _>("headers")?)?,
+            priority: row.try_get("priority")?,
+            status: Status::parse(&row.try_get::<String, _>("status")?),
+            attempts: row.try_get::<i32, _>("attempts")? as u32,
+            last_error: row.try_get("last_error")?,
+            enqueued_at_ms: row.try_get("enqueued_at_ms")?,
+            processed_at_ms: row.try_get("processed_at_ms")?,
+            recorded_at_ms: row.try_get("recorded_at_ms")?,
+        })
+    }};
+}
+pub(crate) use {history_from_row, stored_from_row};

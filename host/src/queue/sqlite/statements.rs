@@ -1,0 +1,91 @@
+//! The SQL statements of the SQLite queue store.
+
+pub(super) const INSERT: &str = "
+INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, headers, priority, status,
+                      process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?10)
+ON CONFLICT (queue, message_id) WHERE message_id IS NOT NULL DO NOTHING
+RETURNING key";
+
+pub(super) const DEFER: &str = "
+UPDATE messages SET next_delivery_id = ?1, next_payload = ?2, next_payload_hash = ?3, next_headers = ?4,
+    next_priority = ?5, next_process_at_ms = ?6, next_status = ?7, next_enqueued_at_ms = ?8,
+    status = 'awaiting-release', version = version + 1, updated_at_ms = ?8
+WHERE key = ?9";
+
+/// Copy the live version of the selected rows into history, with `status` (?2) when given.
+pub(super) const RECORD_HISTORY: &str = "
+INSERT INTO message_history (queue, message_id, message_key, version, delivery_id, payload, headers, priority,
+                             status, attempts, last_error, enqueued_at_ms, processed_at_ms, recorded_at_ms)
+SELECT queue, message_id, key, version, delivery_id, payload, headers, priority,
+       COALESCE(?2, status), attempts, COALESCE(?3, last_error), enqueued_at_ms,
+       CASE WHEN ?2 = 'processed' THEN ?1 ELSE processed_at_ms END, ?1
+FROM messages WHERE key = ?4 AND message_id IS NOT NULL AND (?5 IS NULL OR lease_token = ?5)
+  AND (?6 IS NULL OR status = ?6)";
+
+pub(super) const REPLACE: &str = "
+UPDATE messages SET delivery_id = ?1, payload = ?2, payload_hash = ?3, headers = ?4, priority = ?5,
+    status = ?6, process_at_ms = ?7, enqueued_at_ms = ?8, updated_at_ms = ?8, attempts = 0, last_error = NULL,
+    processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
+    source_delivery_id = NULL, outcome = NULL
+WHERE key = ?9";
+
+pub(super) const LEASE: &str = "
+UPDATE messages
+SET status = 'processing', attempts = attempts + 1, lease_token = lease_token + 1,
+    lease_expires_at_ms = ?1, updated_at_ms = ?2
+WHERE key IN (
+    SELECT key FROM messages
+    WHERE queue = ?3 AND status IN ('pending', 'sleeping') AND process_at_ms <= ?2
+    ORDER BY priority DESC, process_at_ms, key
+    LIMIT ?4)
+RETURNING key, queue, message_id, delivery_id, payload, headers, priority, attempts,
+          lease_token, enqueued_at_ms, process_at_ms, source_delivery_id";
+
+pub(super) const COMPLETE: &str = "
+UPDATE messages SET status = 'processed', processed_at_ms = ?1, updated_at_ms = ?1, lease_expires_at_ms = NULL,
+                    outcome = ?4
+WHERE key = ?2 AND lease_token = ?3 AND status = 'processing'";
+
+pub(super) const DELETE_LEASED: &str =
+    "DELETE FROM messages WHERE key = ?1 AND lease_token = ?2 AND status = 'processing'";
+
+pub(super) const RETRY: &str = "
+UPDATE messages SET status = CASE WHEN ?2 <= ?1 THEN 'pending' ELSE 'sleeping' END,
+                    process_at_ms = ?2, last_error = COALESCE(?3, last_error),
+                    updated_at_ms = ?1, lease_expires_at_ms = NULL
+WHERE key = ?4 AND lease_token = ?5 AND status = 'processing'";
+
+pub(super) const FAIL: &str = "
+UPDATE messages SET status = 'failed', last_error = ?2, updated_at_ms = ?1, lease_expires_at_ms = NULL
+WHERE key = ?3 AND lease_token = ?4 AND status = 'processing'";
+
+pub(super) const RELEASE: &str = "
+UPDATE messages SET status = 'pending', attempts = MAX(attempts - 1, 0), updated_at_ms = ?1, lease_expires_at_ms = NULL
+WHERE key = ?2 AND lease_token = ?3 AND status = 'processing'";
+
+/// The version waiting for release becomes the live one; ?2 forces a status (abandonment
+/// without retry), ?3 sets the last error. Rows: ?4 = key and ?5 = token, or every expired
+/// row of queue ?6.
+pub(super) const APPLY_NEXT: &str = "
+UPDATE messages SET delivery_id = next_delivery_id, payload = next_payload, payload_hash = next_payload_hash,
+    headers = next_headers, priority = next_priority, process_at_ms = next_process_at_ms,
+    enqueued_at_ms = next_enqueued_at_ms,
+    status = COALESCE(?2, next_status, CASE WHEN next_process_at_ms > ?1 THEN 'sleeping' ELSE 'pending' END),
+    attempts = 0, last_error = ?3, processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = ?1,
+    next_delivery_id = NULL, next_payload = NULL, next_payload_hash = NULL, next_headers = NULL,
+    next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL,
+    source_delivery_id = NULL, outcome = NULL
+WHERE status = 'awaiting-release'
+  AND ((?4 IS NOT NULL AND key = ?4 AND lease_token = ?5)
+       OR (?6 IS NOT NULL AND queue = ?6 AND lease_expires_at_ms <= ?1))";
+
+pub(super) const EXPIRE: &str = "
+UPDATE messages
+SET status = CASE WHEN ?4 = 0 OR attempts >= ?3 THEN 'failed' ELSE 'pending' END,
+    last_error = 'lease expired before the message was settled (attempt ' || attempts || ')',
+    lease_expires_at_ms = NULL, updated_at_ms = ?1
+WHERE queue = ?2 AND status = 'processing' AND lease_expires_at_ms <= ?1";
+
+pub(super) const ABANDONED: &str =
+    "lease expired before the message was settled; retry_abandoned = false";
