@@ -41,7 +41,12 @@ async fn measure(rate: u64, duration: Duration) {
     let schema = format!("wharf_latency_{}", std::process::id());
     let text = format!(
         "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\nurl = \"{url}\"\nschema = \"{schema}\"\nmax_connections = 16\n\
-         [queues.bench]\nhandler = \"noop\"\nconcurrency = 64\nbatch = 64\n"
+         [queues.bench]\nhandler = \"noop\"\nconcurrency = 64\nbatch = 64\n{}",
+        if std::env::var("WHARF_BENCH_INBOX").is_ok() {
+            "inbox = { store = \"sql\" }\n"
+        } else {
+            ""
+        }
     );
     std::fs::write(dir.path().join("wharf.toml"), text).unwrap();
     let host = wharf_host::start(Config::load(&dir.path().join("wharf.toml")).unwrap())
