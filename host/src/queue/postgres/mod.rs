@@ -217,32 +217,9 @@ impl PostgresStore {
         let custom = message.status.as_ref().map(|s| s.as_str().to_string());
         // The insert relies on the unique index; on conflict the existing row is locked and
         // updated. A row deleted in between (retention) is retried as an insert.
-        if message.id.is_none() {
-            // Nothing to collide with: one statement, no transaction.
-            let key: i64 = sqlx::query_scalar(INSERT)
-                .bind(queue)
-                .bind(None::<String>)
-                .bind(&delivery_id)
-                .bind(&message.payload)
-                .bind(&hash)
-                .bind(&headers)
-                .bind(message.priority)
-                .bind(status.as_str())
-                .bind(at)
-                .bind(now)
-                .fetch_one(&self.pool)
-                .await?;
-            return Ok((
-                Enqueued {
-                    key,
-                    status: EnqueueStatus::Added,
-                },
-                status,
-            ));
-        }
-        for _ in 0..3 {
-            let mut tx = self.pool.begin().await?;
-            let inserted: Option<i64> = sqlx::query_scalar(INSERT)
+        // One statement for both paths; an id can collide, so it runs in a transaction.
+        let insert = || {
+            sqlx::query_scalar::<_, i64>(INSERT)
                 .bind(queue)
                 .bind(&message.id)
                 .bind(&delivery_id)
@@ -253,8 +230,21 @@ impl PostgresStore {
                 .bind(status.as_str())
                 .bind(at)
                 .bind(now)
-                .fetch_optional(&mut *tx)
-                .await?;
+        };
+        if message.id.is_none() {
+            // Nothing to collide with: no transaction.
+            let key = insert().fetch_one(&self.pool).await?;
+            return Ok((
+                Enqueued {
+                    key,
+                    status: EnqueueStatus::Added,
+                },
+                status,
+            ));
+        }
+        for _ in 0..3 {
+            let mut tx = self.pool.begin().await?;
+            let inserted = insert().fetch_optional(&mut *tx).await?;
             if let Some(key) = inserted {
                 tx.commit().await?;
                 return Ok((

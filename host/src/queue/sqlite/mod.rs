@@ -139,11 +139,11 @@ impl QueueStore for SqliteStore {
         let hash = canonical_hash(&message.payload);
         let headers = encode_headers(&message.headers);
         let delivery_id = new_delivery_id();
-        if message.id.is_none() {
-            // Nothing to collide with: one statement, no transaction.
-            let key: i64 = sqlx::query_scalar(INSERT)
+        // One statement for both paths; an id can collide, so it runs in a transaction.
+        let insert = || {
+            sqlx::query_scalar::<_, i64>(INSERT)
                 .bind(queue)
-                .bind(None::<String>)
+                .bind(&message.id)
                 .bind(&delivery_id)
                 .bind(&message.payload)
                 .bind(&hash)
@@ -152,27 +152,17 @@ impl QueueStore for SqliteStore {
                 .bind(status.as_str())
                 .bind(at)
                 .bind(now)
-                .fetch_one(&self.pool)
-                .await?;
+        };
+        if message.id.is_none() {
+            // Nothing to collide with: no transaction.
+            let key = insert().fetch_one(&self.pool).await?;
             return Ok(Enqueued {
                 key,
                 status: EnqueueStatus::Added,
             });
         }
         let mut tx = self.pool.begin().await?;
-        let inserted: Option<i64> = sqlx::query_scalar(INSERT)
-            .bind(queue)
-            .bind(&message.id)
-            .bind(&delivery_id)
-            .bind(&message.payload)
-            .bind(&hash)
-            .bind(&headers)
-            .bind(message.priority)
-            .bind(status.as_str())
-            .bind(at)
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let inserted = insert().fetch_optional(&mut *tx).await?;
         if let Some(key) = inserted {
             tx.commit().await?;
             return Ok(Enqueued {
