@@ -119,7 +119,7 @@ async fn retry_after_runs_the_message_again_later() {
         .unwrap();
     let slept = wait_status(&host, done.key, Status::Sleeping, T).await;
     assert!(
-        slept.process_at_ms >= slept.updated_at_ms + 250,
+        slept.process_at_ms >= slept.created_at_ms + 300,
         "scheduled ~300 ms later"
     );
     let m = wait_status(&host, done.key, Status::Processed, T).await;
