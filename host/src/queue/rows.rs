@@ -76,4 +76,42 @@ macro_rules! history_from_row {
         })
     }};
 }
-pub(crate) use {history_from_row, stored_from_row};
+/// Read the rows a lease statement returned, in lease order (priority, date, key):
+/// `RETURNING` does not keep the order of the sub-select that chose them.
+macro_rules! leased_in_order {
+    ($rows:expr) => {{
+        let mut leased = Vec::with_capacity($rows.len());
+        for row in $rows.iter() {
+            let order = (
+                -row.try_get::<i32, _>("priority")?,
+                row.try_get::<i64, _>("process_at_ms")?,
+                row.try_get::<i64, _>("key")?,
+            );
+            leased.push((
+                order,
+                LeasedMessage {
+                    lease: Lease {
+                        key: row.try_get("key")?,
+                        token: row.try_get("lease_token")?,
+                    },
+                    queue: row.try_get("queue")?,
+                    id: row.try_get("message_id")?,
+                    delivery_id: row.try_get("delivery_id")?,
+                    payload: row.try_get("payload")?,
+                    priority: row.try_get("priority")?,
+                    attempt: row.try_get::<i32, _>("attempts")? as u32,
+                    enqueued_at_ms: row.try_get("enqueued_at_ms")?,
+                    headers: decode_headers(row.try_get("headers")?)?,
+                    source_delivery_id: row.try_get("source_delivery_id")?,
+                },
+            ));
+        }
+        leased.sort_by_key(|(order, _)| *order);
+        leased
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect::<Vec<LeasedMessage>>()
+    }};
+}
+
+pub(crate) use {history_from_row, leased_in_order, stored_from_row};

@@ -15,7 +15,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
 use self::statements::*;
-use super::rows::{decode_headers, encode_headers, stored_from_row};
+use super::rows::{decode_headers, encode_headers, leased_in_order, stored_from_row};
 use super::{
     Disposition, EnqueueStatus, Enqueued, Existing, HistoryEntry, Lease, LeasedMessage,
     MessageFilter, NewMessage, NextVersion, Plan, QueueError, QueueStore, Retention, Selector,
@@ -245,35 +245,7 @@ impl QueueStore for SqliteStore {
             .bind(max as i64)
             .fetch_all(&self.pool)
             .await?;
-        let mut leased = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let order = (
-                -row.try_get::<i32, _>("priority")?,
-                row.try_get::<i64, _>("process_at_ms")?,
-                row.try_get::<i64, _>("key")?,
-            );
-            leased.push((
-                order,
-                LeasedMessage {
-                    lease: Lease {
-                        key: row.try_get("key")?,
-                        token: row.try_get("lease_token")?,
-                    },
-                    queue: row.try_get("queue")?,
-                    id: row.try_get("message_id")?,
-                    delivery_id: row.try_get("delivery_id")?,
-                    payload: row.try_get("payload")?,
-                    priority: row.try_get("priority")?,
-                    attempt: row.try_get::<i64, _>("attempts")? as u32,
-                    enqueued_at_ms: row.try_get("enqueued_at_ms")?,
-                    headers: decode_headers(row.try_get("headers")?)?,
-                    source_delivery_id: row.try_get("source_delivery_id")?,
-                },
-            ));
-        }
-        // RETURNING does not keep the sub-select's order: restore lease order.
-        leased.sort_by_key(|(order, _)| *order);
-        Ok(leased.into_iter().map(|(_, m)| m).collect())
+        Ok(leased_in_order!(rows))
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
