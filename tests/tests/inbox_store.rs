@@ -237,3 +237,89 @@ async fn purge_is_bounded_per_pass(store: Arc<dyn InboxStore>) {
     assert_eq!(store.purge_expired("billing", cutoff, 10).await.unwrap(), 5);
     assert_eq!(store.purge_expired("billing", cutoff, 10).await.unwrap(), 0);
 }
+
+/// On PostgreSQL the lease statement checks the inbox itself; its SQL hash must be the same
+/// bytes as `InboxKey::new`, for plain, non-ASCII and trailing-space ids.
+#[tokio::test]
+async fn postgres_lease_checks_the_same_keys_the_store_records() {
+    use wharf_host::queue::{InboxProbe, NewMessage, QueueStore};
+    let schema = PgSchema::new();
+    let queue =
+        wharf_host::queue::PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 2)
+            .await
+            .unwrap();
+    let inbox = PostgresInbox::open(&database_url(), Some(&schema.name), "wharf_inbox", true)
+        .await
+        .unwrap();
+    for n in 0..4 {
+        queue
+            .enqueue(
+                "q",
+                NewMessage {
+                    payload: format!("{{\"n\":{n}}}"),
+                    ..NewMessage::default()
+                },
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    // Lease everything once to learn the delivery ids, then put them back.
+    let first = queue.lease("q", 10, 60_000).await.unwrap();
+    assert_eq!(first.len(), 4);
+    assert!(first.iter().all(|m| m.inbox_processed.is_none()));
+    let endpoint = "endpoint é ";
+    let recorded: Vec<String> = first[..2].iter().map(|m| m.delivery_id.clone()).collect();
+    for id in &recorded {
+        inbox
+            .record(&InboxKey::new(endpoint, id).unwrap(), WEEK)
+            .await
+            .unwrap();
+    }
+    let releases: Vec<_> = first
+        .iter()
+        .map(|m| {
+            wharf_host::queue::Settlement::new(m.lease, wharf_host::queue::Disposition::Release)
+        })
+        .collect();
+    queue.settle(&releases).await.unwrap();
+
+    assert!(queue.leases_check_inbox());
+    let probe = InboxProbe {
+        table: "wharf_inbox".into(),
+        endpoint: endpoint.to_string(),
+    };
+    let again = queue
+        .lease_checking_inbox("q", 10, 60_000, &probe)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 4);
+    for m in &again {
+        let expected = recorded.contains(&m.delivery_id);
+        assert_eq!(m.inbox_processed, Some(expected), "{}", m.delivery_id);
+    }
+    // Another endpoint sees none of them.
+    let other = InboxProbe {
+        table: "wharf_inbox".into(),
+        endpoint: "endpoint é".to_string(),
+    };
+    queue
+        .settle(
+            &again
+                .iter()
+                .map(|m| {
+                    wharf_host::queue::Settlement::new(
+                        m.lease,
+                        wharf_host::queue::Disposition::Release,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    let third = queue
+        .lease_checking_inbox("q", 10, 60_000, &other)
+        .await
+        .unwrap();
+    assert!(third.iter().all(|m| m.inbox_processed == Some(false)));
+}

@@ -11,8 +11,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::Shared;
 use super::outcome::{decide, transient};
 use super::recorder::Recorder;
-use crate::inbox::{InboxKey, InboxStore};
-use crate::queue::{Backoff, Disposition, LeasedMessage, SettleResult, Settlement};
+use crate::inbox::{InboxKey, InboxStore, InboxWrite};
+use crate::queue::{Backoff, Disposition, InboxProbe, LeasedMessage, SettleResult, Settlement};
 use crate::runtime::{LoadedHandler, Message, Outcome};
 
 /// A queue's consumer inbox.
@@ -40,27 +40,62 @@ pub(crate) enum Precheck {
     Failed(String),
 }
 
-/// Check a leased batch against the queue's inbox in one round trip.
-pub(crate) async fn precheck(shared: &Shared, batch: &[LeasedMessage]) -> Vec<Precheck> {
+/// Lease up to `max` messages and check them against the queue's inbox: in the lease
+/// statement itself when the inbox table lives in the queue database and the store can,
+/// otherwise with one `check_many` round trip for the whole batch.
+pub(crate) async fn lease_and_check(
+    shared: &Shared,
+    max: u32,
+) -> Result<(Vec<LeasedMessage>, Vec<Precheck>), crate::queue::QueueError> {
+    let w = &shared.worker;
+    let lease_ms = w.config.lease.as_millis() as i64;
+    let probe = w.inbox.as_ref().and_then(|binding| {
+        let table = binding.store.queue_database_table()?;
+        w.store.leases_check_inbox().then(|| InboxProbe {
+            table,
+            endpoint: binding.endpoint.clone(),
+        })
+    });
+    let leased = match &probe {
+        Some(probe) => {
+            w.store
+                .lease_checking_inbox(&w.name, max, lease_ms, probe)
+                .await?
+        }
+        None => w.store.lease(&w.name, max, lease_ms).await?,
+    };
+    let checks = precheck(shared, &leased).await;
+    Ok((leased, checks))
+}
+
+/// Check a leased batch against the queue's inbox: with the flags the lease statement
+/// returned, or in one round trip.
+async fn precheck(shared: &Shared, batch: &[LeasedMessage]) -> Vec<Precheck> {
     let w = &shared.worker;
     let Some(binding) = &w.inbox else {
         return batch.iter().map(|_| Precheck::Bypass).collect();
     };
-    let keys: Vec<Option<InboxKey>> = batch
+    let keys: Vec<Option<(InboxKey, Option<bool>)>> = batch
         .iter()
         .map(|m| match InboxKey::new(&binding.endpoint, &m.delivery_id) {
-            Ok(key) => Some(key),
+            Ok(key) => Some((key, m.inbox_processed)),
             Err(reason) => {
                 tracing::warn!(queue = %w.name, endpoint = %binding.endpoint, key = m.lease.key, "inbox bypassed: {reason}; the handler runs without deduplication");
                 None
             }
         })
         .collect();
-    let usable: Vec<InboxKey> = keys.iter().flatten().cloned().collect();
-    let checked = if usable.is_empty() {
+    // Keys the lease statement did not check are checked here, in one round trip.
+    let unchecked: Vec<InboxKey> = keys
+        .iter()
+        .flatten()
+        .filter(|(_, seen)| seen.is_none())
+        .map(|(key, _)| key.clone())
+        .collect();
+    let checked = if unchecked.is_empty() {
         Ok(Vec::new())
     } else {
-        binding.store.check_many(&usable).await
+        binding.store.check_many(&unchecked).await
     };
     let mut found = match checked {
         Ok(found) => found.into_iter(),
@@ -68,19 +103,18 @@ pub(crate) async fn precheck(shared: &Shared, batch: &[LeasedMessage]) -> Vec<Pr
             let text = format!("inbox check failed: {e}");
             return keys
                 .iter()
-                .map(|k| {
-                    if k.is_some() {
-                        Precheck::Failed(text.clone())
-                    } else {
-                        Precheck::Bypass
-                    }
+                .map(|k| match k {
+                    Some((_, None)) => Precheck::Failed(text.clone()),
+                    Some((key, Some(seen))) => Precheck::Checked(key.clone(), *seen),
+                    None => Precheck::Bypass,
                 })
                 .collect();
         }
     };
     keys.into_iter()
         .map(|k| match k {
-            Some(key) => Precheck::Checked(key, found.next().unwrap_or(false)),
+            Some((key, Some(seen))) => Precheck::Checked(key, seen),
+            Some((key, None)) => Precheck::Checked(key, found.next().unwrap_or(false)),
             None => Precheck::Bypass,
         })
         .collect()
@@ -109,7 +143,7 @@ pub(crate) async fn process(
         Precheck::Failed(error) => {
             let disposition = failed(error);
             log(&shared, lease.key, attempt, &disposition);
-            settle(&shared, lease, disposition, None).await;
+            settle(&shared, lease, disposition, None, None).await;
             return;
         }
         Precheck::Checked(key, true) => {
@@ -126,6 +160,7 @@ pub(crate) async fn process(
                 lease,
                 Disposition::Complete,
                 Some("skipped: duplicate"),
+                None,
             )
             .await;
             return;
@@ -156,7 +191,9 @@ pub(crate) async fn process(
     };
 
     // 3. Record, only after the guest succeeded, and not for a pending handoff. A resubmission
-    // first records the delivery it stands in for.
+    // first records the delivery it stands in for. An inbox table in the queue's database is
+    // written by the settlement's own transaction; other stores are written here.
+    let mut write = None;
     if let (Some((binding, key)), Ok(Ok(Outcome::Completed))) = (&inbox, &result) {
         let source_key = source
             .as_deref()
@@ -165,10 +202,21 @@ pub(crate) async fn process(
             .into_iter()
             .chain(std::iter::once(key.clone()))
             .collect();
-        if let Err(e) = binding.recorder.record(keys).await {
-            disposition = failed(format!(
-                "inbox record failed after the handler succeeded: {e}"
-            ));
+        match binding.store.queue_database_table() {
+            Some(table) => {
+                write = Some(InboxWrite {
+                    table,
+                    keys,
+                    retention_ms: binding.retention.as_millis() as i64,
+                })
+            }
+            None => {
+                if let Err(e) = binding.recorder.record(keys).await {
+                    disposition = failed(format!(
+                        "inbox record failed after the handler succeeded: {e}"
+                    ));
+                }
+            }
         }
     }
 
@@ -179,7 +227,12 @@ pub(crate) async fn process(
     } else {
         None
     };
-    settle(&shared, lease, disposition, outcome).await;
+    let write = if disposition == Disposition::Complete {
+        write
+    } else {
+        None
+    };
+    settle(&shared, lease, disposition, outcome, write).await;
 }
 
 fn log(shared: &Shared, key: i64, attempt: u32, disposition: &Disposition) {
@@ -207,6 +260,7 @@ async fn settle(
     lease: crate::queue::Lease,
     disposition: Disposition,
     outcome: Option<&str>,
+    inbox: Option<InboxWrite>,
 ) {
     let w = &shared.worker;
     let keep_processed = w.config.retention.count != Some(0);
@@ -215,6 +269,7 @@ async fn settle(
         disposition,
         keep_processed,
         outcome: outcome.map(str::to_string),
+        inbox,
     };
     match w.settler.settle(settlement).await {
         Ok(SettleResult::Applied) => {}

@@ -118,8 +118,9 @@ impl QueueWorker {
                 w.sweep().await;
             }
 
-            let lease_ms = w.config.lease.as_millis() as i64;
-            let leased = match w.store.lease(&w.name, permits.len() as u32, lease_ms).await {
+            let (leased, checks) = match deliver::lease_and_check(&shared, permits.len() as u32)
+                .await
+            {
                 Ok(leased) => {
                     if let Some(since) = store_failing_since.take() {
                         tracing::info!(queue = %w.name, "queue storage is answering again after {:?}", since.elapsed());
@@ -141,7 +142,6 @@ impl QueueWorker {
             let got = leased.len();
             // A lease that came back short means the queue is drained: do not wait to batch.
             last_lease_short = got < permits.len();
-            let checks = deliver::precheck(&shared, &leased).await;
             for ((message, check), permit) in leased.into_iter().zip(checks).zip(permits.drain(..))
             {
                 shared

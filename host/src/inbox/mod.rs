@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 pub use cleanup::run_cleanup;
 pub use memory::MemoryInbox;
 pub use redis::RedisInbox;
-pub use sql::{PostgresInbox, SqliteInbox};
+pub use sql::{PostgresInbox, SqliteInbox, record_postgres, record_sqlite};
 
 use crate::config::{Config, InboxStoreKind};
 
@@ -126,6 +126,25 @@ pub trait InboxStore: Send + Sync + 'static {
         }
         Ok(())
     }
+
+    /// The table this store keeps its records in, when that table lives in the queue's own
+    /// SQL database: records can then be written by the settlement's transaction (one
+    /// round trip and one commit; recorded exactly when settled). `None` for other stores.
+    fn queue_database_table(&self) -> Option<Arc<str>> {
+        None
+    }
+}
+
+/// Inbox records written by a queue store inside the transaction that settles the message
+/// (see [`InboxStore::queue_database_table`]).
+#[derive(Debug, Clone)]
+pub struct InboxWrite {
+    /// The inbox table.
+    pub table: Arc<str>,
+    /// The keys to record, in order.
+    pub keys: Vec<InboxKey>,
+    /// How long they are kept.
+    pub retention_ms: i64,
 }
 
 /// The inbox stores the configuration's queues select, opened once each.

@@ -4,15 +4,67 @@
 //! idempotent; with `auto_create_table = false` a missing table is a start-up error.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{AssertSqlSafe, PgPool, SqlitePool};
+use sqlx::{AssertSqlSafe, PgConnection, PgPool, SqliteConnection, SqlitePool};
 
-use super::{InboxError, InboxKey, InboxStore};
+use super::{InboxError, InboxKey, InboxStore, InboxWrite};
 use crate::queue::now_ms;
+
+/// Write `write`'s records on an open PostgreSQL connection (e.g. inside the transaction that
+/// settles the message). Recording an existing key is a no-op.
+pub async fn record_postgres(
+    conn: &mut PgConnection,
+    write: &InboxWrite,
+) -> Result<(), sqlx::Error> {
+    let now = now_ms();
+    let hashes: Vec<&[u8]> = write.keys.iter().map(|k| &k.hash[..]).collect();
+    let endpoints: Vec<&str> = write.keys.iter().map(|k| k.endpoint.as_str()).collect();
+    let ids: Vec<&str> = write.keys.iter().map(|k| k.message_id.as_str()).collect();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+         SELECT h, e, m, $4, $5 FROM UNNEST($1::bytea[], $2::text[], $3::text[]) AS r(h, e, m)
+         ON CONFLICT (id_hash) DO NOTHING",
+        write.table
+    )))
+    .bind(&hashes)
+    .bind(&endpoints)
+    .bind(&ids)
+    .bind(now)
+    .bind(now + write.retention_ms)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Write `write`'s records on an open SQLite connection (e.g. inside the transaction that
+/// settles the message). Recording an existing key is a no-op.
+pub async fn record_sqlite(
+    conn: &mut SqliteConnection,
+    write: &InboxWrite,
+) -> Result<(), sqlx::Error> {
+    let now = now_ms();
+    let sql = format!(
+        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (id_hash) DO NOTHING",
+        write.table
+    );
+    for key in &write.keys {
+        sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(&key.hash[..])
+            .bind(&key.endpoint)
+            .bind(&key.message_id)
+            .bind(now)
+            .bind(now + write.retention_ms)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
 
 fn missing_table(table: &str) -> InboxError {
     InboxError::Setup(format!(
@@ -23,8 +75,8 @@ fn missing_table(table: &str) -> InboxError {
 /// The inbox table in SQLite.
 pub struct SqliteInbox {
     pool: SqlitePool,
+    table: Arc<str>,
     check: String,
-    record: String,
     purge: String,
 }
 
@@ -60,11 +112,8 @@ impl SqliteInbox {
         }
         Ok(SqliteInbox {
             pool,
+            table: Arc::from(table),
             check: format!("SELECT 1 FROM {table} WHERE id_hash = ?1 AND expires_at_ms > ?2"),
-            record: format!(
-                "INSERT INTO {table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (id_hash) DO NOTHING"
-            ),
             purge: format!(
                 "DELETE FROM {table} WHERE id_hash IN
                      (SELECT id_hash FROM {table} WHERE endpoint = ?1 AND created_at_ms < ?2 LIMIT ?3)"
@@ -85,16 +134,23 @@ impl InboxStore for SqliteInbox {
     }
 
     async fn record(&self, key: &InboxKey, retention_ms: i64) -> Result<(), InboxError> {
-        let now = now_ms();
-        sqlx::query(AssertSqlSafe(self.record.as_str()))
-            .bind(&key.hash[..])
-            .bind(&key.endpoint)
-            .bind(&key.message_id)
-            .bind(now)
-            .bind(now + retention_ms)
-            .execute(&self.pool)
-            .await?;
+        self.record_many(std::slice::from_ref(key), retention_ms)
+            .await
+    }
+
+    async fn record_many(&self, keys: &[InboxKey], retention_ms: i64) -> Result<(), InboxError> {
+        let write = InboxWrite {
+            table: self.table.clone(),
+            keys: keys.to_vec(),
+            retention_ms,
+        };
+        let mut conn = self.pool.acquire().await?;
+        record_sqlite(&mut conn, &write).await?;
         Ok(())
+    }
+
+    fn queue_database_table(&self) -> Option<Arc<str>> {
+        Some(self.table.clone())
     }
 
     async fn purge_expired(
@@ -116,11 +172,10 @@ impl InboxStore for SqliteInbox {
 /// The inbox table in PostgreSQL.
 pub struct PostgresInbox {
     pool: PgPool,
+    table: Arc<str>,
     check: String,
-    record: String,
     purge: String,
     check_many: String,
-    record_many: String,
 }
 
 impl PostgresInbox {
@@ -175,21 +230,13 @@ impl PostgresInbox {
         }
         Ok(PostgresInbox {
             pool,
+            table: Arc::from(table),
             check: format!("SELECT 1 FROM {table} WHERE id_hash = $1 AND expires_at_ms > $2"),
-            record: format!(
-                "INSERT INTO {table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id_hash) DO NOTHING"
-            ),
             purge: format!(
                 "DELETE FROM {table} WHERE id_hash IN
                      (SELECT id_hash FROM {table} WHERE endpoint = $1 AND created_at_ms < $2 LIMIT $3)"
             ),
             check_many: format!("SELECT id_hash FROM {table} WHERE id_hash = ANY($1) AND expires_at_ms > $2"),
-            record_many: format!(
-                "INSERT INTO {table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-                 SELECT h, e, m, $4, $5 FROM UNNEST($1::bytea[], $2::text[], $3::text[]) AS r(h, e, m)
-                 ON CONFLICT (id_hash) DO NOTHING"
-            ),
         })
     }
 }
@@ -207,22 +254,6 @@ impl InboxStore for PostgresInbox {
         Ok(hashes.iter().map(|h| found.contains(h)).collect())
     }
 
-    async fn record_many(&self, keys: &[InboxKey], retention_ms: i64) -> Result<(), InboxError> {
-        let now = now_ms();
-        let hashes: Vec<Vec<u8>> = keys.iter().map(|k| k.hash.to_vec()).collect();
-        let endpoints: Vec<&str> = keys.iter().map(|k| k.endpoint.as_str()).collect();
-        let ids: Vec<&str> = keys.iter().map(|k| k.message_id.as_str()).collect();
-        sqlx::query(AssertSqlSafe(self.record_many.as_str()))
-            .bind(&hashes)
-            .bind(&endpoints)
-            .bind(&ids)
-            .bind(now)
-            .bind(now + retention_ms)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
     async fn is_processed(&self, key: &InboxKey) -> Result<bool, InboxError> {
         let found = sqlx::query(AssertSqlSafe(self.check.as_str()))
             .bind(&key.hash[..])
@@ -233,16 +264,23 @@ impl InboxStore for PostgresInbox {
     }
 
     async fn record(&self, key: &InboxKey, retention_ms: i64) -> Result<(), InboxError> {
-        let now = now_ms();
-        sqlx::query(AssertSqlSafe(self.record.as_str()))
-            .bind(&key.hash[..])
-            .bind(&key.endpoint)
-            .bind(&key.message_id)
-            .bind(now)
-            .bind(now + retention_ms)
-            .execute(&self.pool)
-            .await?;
+        self.record_many(std::slice::from_ref(key), retention_ms)
+            .await
+    }
+
+    async fn record_many(&self, keys: &[InboxKey], retention_ms: i64) -> Result<(), InboxError> {
+        let write = InboxWrite {
+            table: self.table.clone(),
+            keys: keys.to_vec(),
+            retention_ms,
+        };
+        let mut conn = self.pool.acquire().await?;
+        record_postgres(&mut conn, &write).await?;
         Ok(())
+    }
+
+    fn queue_database_table(&self) -> Option<Arc<str>> {
+        Some(self.table.clone())
     }
 
     async fn purge_expired(

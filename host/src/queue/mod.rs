@@ -49,6 +49,9 @@ pub enum QueueError {
         /// Why it could not be read.
         reason: String,
     },
+    /// This store does not offer the operation.
+    #[error("queue storage does not support {0}")]
+    Unsupported(&'static str),
 }
 
 /// Milliseconds since the Unix epoch, the time unit of every stored timestamp.
@@ -85,6 +88,26 @@ pub trait QueueStore: Send + Sync + 'static {
         max: u32,
         lease_ms: i64,
     ) -> Result<Vec<LeasedMessage>, QueueError>;
+
+    /// Whether [`QueueStore::lease_checking_inbox`] is supported.
+    fn leases_check_inbox(&self) -> bool {
+        false
+    }
+
+    /// Lease like [`QueueStore::lease`] and, in the same statement, check every delivery id
+    /// against the inbox table `inbox.table` (in this database) for `inbox.endpoint`: each
+    /// message's [`LeasedMessage::inbox_processed`] is set. Only called when
+    /// [`QueueStore::leases_check_inbox`] is true.
+    async fn lease_checking_inbox(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+        inbox: &InboxProbe,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
+        let _ = (queue, max, lease_ms, inbox);
+        Err(QueueError::Unsupported("checking the inbox while leasing"))
+    }
 
     /// Apply the outcomes of several leases in one round trip. A lease that expired and was
     /// taken over elsewhere is not applied ([`SettleResult::LeaseLost`]). A message that was
@@ -167,4 +190,28 @@ pub async fn open(
             SqliteStore::open(url, max_connections).await?,
         ))
     }
+}
+
+/// The inbox records of a settlement batch, merged into one write per (table, retention).
+pub(crate) fn inbox_writes(settlements: &[Settlement]) -> Vec<crate::inbox::InboxWrite> {
+    let mut writes: Vec<crate::inbox::InboxWrite> = Vec::new();
+    for write in settlements.iter().filter_map(|s| s.inbox.as_ref()) {
+        match writes
+            .iter_mut()
+            .find(|w| w.table == write.table && w.retention_ms == write.retention_ms)
+        {
+            Some(merged) => merged.keys.extend(write.keys.iter().cloned()),
+            None => writes.push(write.clone()),
+        }
+    }
+    writes
+}
+
+/// The inbox a lease checks its deliveries against.
+#[derive(Debug, Clone)]
+pub struct InboxProbe {
+    /// The inbox table in the queue database.
+    pub table: std::sync::Arc<str>,
+    /// The endpoint the records are keyed on.
+    pub endpoint: String,
 }

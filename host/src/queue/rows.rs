@@ -103,6 +103,10 @@ macro_rules! leased_in_order {
                     enqueued_at_ms: row.try_get("enqueued_at_ms")?,
                     headers: decode_headers(row.try_get("headers")?)?,
                     source_delivery_id: row.try_get("source_delivery_id")?,
+                    inbox_processed: row
+                        .try_get::<Option<bool>, _>("inbox_processed")
+                        .ok()
+                        .flatten(),
                 },
             ));
         }

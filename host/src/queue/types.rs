@@ -75,6 +75,9 @@ pub struct LeasedMessage {
     pub headers: Vec<(String, String)>,
     /// For a resubmission: the delivery id of the delivery it stands in for.
     pub source_delivery_id: Option<String>,
+    /// Whether the delivery id is recorded in the inbox, when the lease statement checked it
+    /// ([`super::QueueStore::lease_checking_inbox`]); `None` when it did not.
+    pub inbox_processed: Option<bool>,
 }
 
 /// What to do with a leased message.
@@ -110,6 +113,8 @@ pub struct Settlement {
     pub keep_processed: bool,
     /// On completion, how it was completed (shown with the message), e.g. `skipped: duplicate`.
     pub outcome: Option<String>,
+    /// Inbox records to write in the same transaction (an inbox table in the queue database).
+    pub inbox: Option<crate::inbox::InboxWrite>,
 }
 
 impl Settlement {
@@ -120,6 +125,7 @@ impl Settlement {
             disposition,
             keep_processed: true,
             outcome: None,
+            inbox: None,
         }
     }
 }

@@ -14,6 +14,7 @@ async fn process_all(store: &Arc<dyn QueueStore>, keep: bool) {
             disposition: Disposition::Complete,
             keep_processed: keep,
             outcome: None,
+            inbox: None,
         };
         store.settle(&[s]).await.unwrap();
     }
@@ -59,6 +60,7 @@ pub async fn retention_zero_still_records_the_previous_version(store: Arc<dyn Qu
         disposition: Disposition::Complete,
         keep_processed: false,
         outcome: None,
+        inbox: None,
     };
     store.settle(&[s]).await.unwrap();
     let history = store.history("q", "o-1").await.unwrap();

@@ -360,9 +360,37 @@ impl QueueStore for PostgresStore {
         Ok(leased_in_order!(rows))
     }
 
+    fn leases_check_inbox(&self) -> bool {
+        true
+    }
+
+    async fn lease_checking_inbox(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+        inbox: &super::InboxProbe,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
+        let now = now_ms();
+        let sql = statements::lease_checking_inbox(&inbox.table);
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(now + lease_ms)
+            .bind(now)
+            .bind(queue)
+            .bind(max as i64)
+            .bind(&inbox.endpoint)
+            .fetch_all(&self.lease_pool)
+            .await?;
+        Ok(leased_in_order!(rows))
+    }
+
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
         let now = now_ms();
         let mut tx = self.settle_pool.begin().await?;
+        // Inbox records first: recorded exactly when the settlement commits.
+        for write in super::inbox_writes(settlements) {
+            crate::inbox::record_postgres(&mut tx, &write).await?;
+        }
         // The common case, completions that keep the message, in one statement.
         let completes: Vec<&Settlement> = settlements
             .iter()

@@ -42,6 +42,24 @@ WHERE m.key = ready.key
 RETURNING m.key, m.queue, m.message_id, m.delivery_id, m.payload, m.headers, m.priority, m.attempts,
           m.lease_token, m.enqueued_at_ms, m.process_at_ms, m.source_delivery_id";
 
+/// [`LEASE`] with each delivery checked against an inbox table (`{inbox}`, endpoint `$5`):
+/// the key is SHA-256 over the length-delimited (endpoint, delivery id) encoding, the same
+/// bytes as `InboxKey::new`. A lateral lookup, not `EXISTS`: PostgreSQL turns an uncorrelated
+/// `EXISTS` into a hashed sub-plan that scans the whole inbox table on every lease.
+pub(super) fn lease_checking_inbox(inbox_table: &str) -> String {
+    format!(
+        "WITH leased AS ({LEASE})
+SELECT leased.*, seen.hit IS NOT NULL AS inbox_processed
+FROM leased LEFT JOIN LATERAL (
+    SELECT 1 AS hit FROM {inbox_table} i
+    WHERE i.id_hash = sha256(int8send(octet_length($5::text)::bigint) || convert_to($5::text, 'UTF8')
+                             || int8send(octet_length(leased.delivery_id)::bigint)
+                             || convert_to(leased.delivery_id, 'UTF8'))
+      AND i.expires_at_ms > $2
+    LIMIT 1) seen ON true"
+    )
+}
+
 pub(super) const COMPLETE_MANY: &str = "
 UPDATE messages m SET status = 'processed', processed_at_ms = $1, updated_at_ms = $1, lease_expires_at_ms = NULL,
                       outcome = done.outcome

@@ -251,6 +251,10 @@ impl QueueStore for SqliteStore {
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
+        // Inbox records first: recorded exactly when the settlement commits.
+        for write in super::inbox_writes(settlements) {
+            crate::inbox::record_sqlite(&mut tx, &write).await?;
+        }
         let mut results = Vec::with_capacity(settlements.len());
         for s in settlements {
             let applied = self.settle_one(&mut tx, s, now).await?;
