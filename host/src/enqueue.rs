@@ -8,8 +8,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-use crate::config::Config;
-use crate::queue::{Enqueued, NewMessage, QueueError, QueueStore};
+use crate::config::{Config, QueueStorage};
+use crate::external::{Envelope, ExternalPendingStorage, Providers};
+use crate::queue::{Enqueued, NewMessage, QueueError, QueueStore, now_ms};
 
 /// Why a message was not enqueued.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,14 @@ pub enum EnqueueError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] QueueError),
+    /// The external provider of the queue failed.
+    #[error("enqueueing into external queue `{queue}` failed: {reason}")]
+    External {
+        /// The target queue.
+        queue: String,
+        /// The provider's error.
+        reason: String,
+    },
 }
 
 /// Something that can enqueue messages by queue name.
@@ -51,11 +60,14 @@ pub struct QueueRouter {
 struct Route {
     wake: Arc<Notify>,
     idempotent: bool,
+    /// For `storage = "external"`: the provider holding its pending messages.
+    external: Option<Arc<dyn ExternalPendingStorage>>,
 }
 
 impl QueueRouter {
-    /// A router for the queues of `config`, storing into `store`.
-    pub fn new(store: Arc<dyn QueueStore>, config: &Config) -> Self {
+    /// A router for the queues of `config`, storing into `store`, or into the provider of
+    /// an external queue (from `providers`, opened for `config`).
+    pub fn new(store: Arc<dyn QueueStore>, config: &Config, providers: &Providers) -> Self {
         let queues = config
             .queues
             .iter()
@@ -65,6 +77,12 @@ impl QueueRouter {
                     Route {
                         wake: Arc::new(Notify::new()),
                         idempotent: q.idempotent,
+                        external: q
+                            .provider
+                            .as_deref()
+                            .filter(|_| q.storage == QueueStorage::External)
+                            .and_then(|p| providers.get(p))
+                            .map(|p| p.storage.clone()),
                     },
                 )
             })
@@ -109,6 +127,24 @@ impl Enqueuer for QueueRouter {
                 queue: queue.to_string(),
                 reason: e.to_string(),
             });
+        }
+        // External queues keep pending messages in their provider; a custom status is not
+        // pending, so it goes to the SQL queue like every other non-pending state.
+        if let (Some(external), None) = (&route.external, &message.status) {
+            let envelope = Envelope::new(message.payload, message.id, message.priority);
+            let status = match message.process_at_ms.filter(|at| *at > now_ms()) {
+                Some(at) => {
+                    external
+                        .enqueue_delayed(queue, &envelope, at, route.idempotent)
+                        .await
+                }
+                None => external.enqueue(queue, &envelope, route.idempotent).await,
+            }
+            .map_err(|e| EnqueueError::External {
+                queue: queue.to_string(),
+                reason: e.to_string(),
+            })?;
+            return Ok(Enqueued { key: 0, status });
         }
         let done = self.store.enqueue(queue, message, route.idempotent).await?;
         if done.status != crate::queue::EnqueueStatus::Discarded {

@@ -10,9 +10,10 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, HealthCheck, HealthRegistry};
-use crate::config::Config;
+use crate::config::{Config, QueueStorage};
 use crate::dispatch::{InboxBinding, QueueWorker, Recorder, Settler};
 use crate::enqueue::QueueRouter;
+use crate::external::{self, ActivationStore, ExternalWorker, Providers, SqlActivations};
 use crate::inbox::{self, InboxStores};
 use crate::queue::{self, QueueStore};
 use crate::runtime::{HandlerRegistry, deploy};
@@ -122,7 +123,18 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         .await
         .context("opening the consumer inbox stores")?;
     let mut cleaned = std::collections::HashSet::new();
-    let router = Arc::new(QueueRouter::new(store.clone(), &config));
+    let providers = Providers::open(&config).await.map_err(|(name, e)| {
+        anyhow::anyhow!("opening provider `{name}` ([providers.{name}]): {e}")
+    })?;
+    let activations: Arc<dyn ActivationStore> = Arc::new(
+        SqlActivations::open(&config.storage.url, config.storage.schema.as_deref())
+            .await
+            .context("opening the activation store (external_activations)")?,
+    );
+    let external_runtime =
+        external::start(&config, &providers, activations.clone(), &health, &shutdown);
+    background.extend(external_runtime.tasks);
+    let router = Arc::new(QueueRouter::new(store.clone(), &config, &providers));
     let wake_router = router.clone();
     if let Some(listener) = store.listen(
         Arc::new(move |queue| wake_router.wake(queue)),
@@ -161,6 +173,31 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
                 provider: "sql",
             }
         });
+        if let (QueueStorage::External, Some(provider_name)) =
+            (queue_config.storage, queue_config.provider.as_ref())
+            && let Some(provider) = providers.get(provider_name)
+        {
+            let worker = ExternalWorker {
+                name: Arc::from(name.as_str()),
+                provider: provider_name.clone(),
+                kind: provider.kind,
+                config: queue_config.clone(),
+                storage: provider.storage.clone(),
+                activations: activations.clone(),
+                sql: store.clone(),
+                sql_wake: router
+                    .wake_signal(name)
+                    .expect("every configured queue has a wake signal"),
+                wake: external_runtime.wakes[name].clone(),
+                registry: registry.clone(),
+                enqueuer: router.clone(),
+                poll_interval: config.storage.poll_interval,
+                inbox: inbox.clone(),
+            };
+            workers.push(tokio::spawn(
+                worker.run(shutdown.clone(), config.host.shutdown_grace),
+            ));
+        }
         let worker = QueueWorker {
             inbox,
             name: Arc::from(name.as_str()),

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod dispatch;
 pub mod enqueue;
+pub mod external;
 pub mod host;
 pub mod inbox;
 pub mod metrics;

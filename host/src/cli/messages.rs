@@ -123,7 +123,12 @@ async fn open_store(cli: &Cli) -> anyhow::Result<(crate::Config, Arc<dyn QueueSt
 /// `wharf enqueue`.
 pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> {
     let (config, store) = open_store(cli).await?;
-    let router = QueueRouter::new(store, &config);
+    let providers = crate::external::Providers::open(&config)
+        .await
+        .map_err(|(name, e)| {
+            anyhow::anyhow!("opening provider `{name}` ([providers.{name}]): {e}")
+        })?;
+    let router = QueueRouter::new(store, &config, &providers);
     let template = NewMessage {
         id: args.id.clone(),
         payload: String::new(),
@@ -131,6 +136,8 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
         process_at_ms: args.delay.map(|d| now_ms() + d.as_millis() as i64),
         headers: args.headers.clone(),
         status: args.status.as_deref().map(parse_status).transpose()?,
+        last_error: None,
+        source_delivery_id: None,
     };
     if let Some(file) = &args.file {
         return super::bulk::enqueue_file(

@@ -225,6 +225,34 @@ impl Config {
                     ),
                 ));
             }
+            match (queue.storage, &queue.provider) {
+                (super::QueueStorage::External, None) => {
+                    return Err(ConfigError::key(
+                        file,
+                        key("provider"),
+                        "is required with storage = \"external\": add `provider = \"NAME\"` and a `[providers.NAME]` section with `type = \"redis\"`",
+                    ));
+                }
+                (super::QueueStorage::External, Some(provider))
+                    if !self.providers.contains_key(provider) =>
+                {
+                    return Err(ConfigError::key(
+                        file,
+                        key("provider"),
+                        format!(
+                            "provider `{provider}` is not configured: add `[providers.{provider}]` with `type = \"redis\"` and `url = \"redis://127.0.0.1:6379\"`"
+                        ),
+                    ));
+                }
+                (super::QueueStorage::Sql, Some(_)) => {
+                    return Err(ConfigError::key(
+                        file,
+                        key("provider"),
+                        "only applies to external queues: add `storage = \"external\"` or remove it",
+                    ));
+                }
+                _ => {}
+            }
             if let Some(inbox) = &queue.inbox {
                 if inbox.store == super::InboxStoreKind::Redis && self.inbox.redis.is_none() {
                     return Err(ConfigError::key(

@@ -2,6 +2,7 @@
 //! the file, the key and the reason. Loading (interpolation, parsing) lives in [`load`].
 
 mod duration;
+mod external;
 mod interpolate;
 mod load;
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::Deserialize;
 
+pub use external::{ExternalConfig, ProviderConfig, QueueStorage, RedisProviderConfig};
 pub use load::ConfigError;
 pub(crate) use load::is_valid_name;
 
@@ -38,6 +40,12 @@ pub struct Config {
     /// `[inbox]`: the consumer-inbox stores queues may select.
     #[serde(default)]
     pub inbox: InboxStoresConfig,
+    /// `[providers.NAME]`: external pending storages queues may select.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// `[external]`: settings shared by the external providers.
+    #[serde(default)]
+    pub external: ExternalConfig,
 }
 
 /// `[inbox]`: where consumer-inbox records can be kept. The SQL store (the `[storage]`
@@ -286,6 +294,12 @@ pub struct QueueConfig {
     /// The consumer inbox (opt-in).
     #[serde(default)]
     pub inbox: Option<QueueInboxConfig>,
+    /// Where pending messages live: `sql` (default) or `external`.
+    #[serde(default)]
+    pub storage: QueueStorage,
+    /// With `storage = "external"`: the `[providers.NAME]` holding the pending messages.
+    #[serde(default)]
+    pub provider: Option<String>,
 }
 
 /// `[queues.NAME.retention]`: how long processed messages and history are kept.
@@ -351,6 +365,8 @@ impl QueueConfig {
             retention: RetentionConfig::default(),
             endpoint: None,
             inbox: None,
+            storage: QueueStorage::Sql,
+            provider: None,
         }
     }
 }
@@ -365,6 +381,8 @@ impl Config {
             handlers: BTreeMap::new(),
             queues: BTreeMap::new(),
             inbox: InboxStoresConfig::default(),
+            providers: BTreeMap::new(),
+            external: ExternalConfig::default(),
         }
     }
 

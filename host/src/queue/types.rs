@@ -20,6 +20,12 @@ pub struct NewMessage {
     /// A custom status to store the message in (kept, not processed, until moved); `None`
     /// means pending, or sleeping when `process_at_ms` is in the future.
     pub status: Option<Status>,
+    /// The error to store with the message (e.g. a failure that moved it here from an
+    /// external provider).
+    pub last_error: Option<String>,
+    /// The delivery id this message stands in for (consumer inbox: recorded on success, e.g.
+    /// the MessageId of a message moved in from an external provider).
+    pub source_delivery_id: Option<String>,
 }
 
 /// What an enqueue did.
@@ -37,7 +43,7 @@ pub enum EnqueueStatus {
 /// The result of an enqueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Enqueued {
-    /// The stored message's key.
+    /// The stored message's key (0 for a message stored in an external provider).
     pub key: i64,
     /// What happened.
     pub status: EnqueueStatus,

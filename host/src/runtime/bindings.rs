@@ -128,6 +128,8 @@ impl wharf::handler::host::Host for HostState {
             process_at_ms: options.delay_ms.map(|d| now_ms() + d as i64),
             headers: options.headers,
             status: None,
+            last_error: None,
+            source_delivery_id: None,
         };
         match self.enqueuer.enqueue(&queue, message).await {
             Ok(done) => {

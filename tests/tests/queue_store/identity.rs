@@ -166,3 +166,84 @@ pub async fn custom_status_is_kept_until_moved(store: Arc<dyn QueueStore>) {
     assert_eq!(store.retry(&selector).await.unwrap(), 1);
     assert_eq!(status_of(&store, held.key).await, Status::Pending);
 }
+
+pub async fn enqueue_stores_an_error_and_a_source_delivery(store: Arc<dyn QueueStore>) {
+    // E.g. a message moved in from an external provider after it failed there.
+    let moved_in = |id: Option<&str>| NewMessage {
+        status: Some(Status::Failed),
+        last_error: Some("boom".into()),
+        source_delivery_id: Some("ext-1".into()),
+        ..message(id, r#"{"v":1}"#)
+    };
+    let added = store
+        .enqueue("q", moved_in(Some("m-1")), false)
+        .await
+        .unwrap();
+    assert_eq!(added.status, EnqueueStatus::Added);
+    let m = store.get(added.key).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            m.status,
+            m.last_error.as_deref(),
+            m.source_delivery_id.as_deref()
+        ),
+        (Status::Failed, Some("boom"), Some("ext-1"))
+    );
+    assert!(
+        store.lease("q", 10, 30_000).await.unwrap().is_empty(),
+        "a failed message is not processed"
+    );
+    // Without an id too (the insert outside a transaction).
+    let anonymous = store.enqueue("q", moved_in(None), false).await.unwrap();
+    let m = store.get(anonymous.key).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            m.status,
+            m.last_error.as_deref(),
+            m.source_delivery_id.as_deref()
+        ),
+        (Status::Failed, Some("boom"), Some("ext-1"))
+    );
+    // A plain enqueue of the same id replaces it and clears both.
+    let plain = store
+        .enqueue("q", message(Some("m-1"), r#"{"v":2}"#), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        (plain.key, plain.status),
+        (added.key, EnqueueStatus::Updated)
+    );
+    let m = store.get(added.key).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            m.status,
+            m.last_error.as_deref(),
+            m.source_delivery_id.as_deref()
+        ),
+        (Status::Pending, None, None)
+    );
+    // A replacing enqueue stores them as given.
+    let replaced = store
+        .enqueue("q", moved_in(Some("m-1")), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        (replaced.key, replaced.status),
+        (added.key, EnqueueStatus::Updated)
+    );
+    let m = store.get(added.key).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            m.status,
+            m.last_error.as_deref(),
+            m.source_delivery_id.as_deref()
+        ),
+        (Status::Failed, Some("boom"), Some("ext-1"))
+    );
+    // Resubmitted, it is delivered as standing in for the source delivery.
+    assert_eq!(store.retry(&Selector::Key(added.key)).await.unwrap(), 1);
+    let leased = store.lease("q", 10, 30_000).await.unwrap();
+    assert_eq!(leased.len(), 1);
+    assert_eq!(leased[0].lease.key, added.key);
+    assert_eq!(leased[0].source_delivery_id.as_deref(), Some("ext-1"));
+}

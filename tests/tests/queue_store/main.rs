@@ -100,6 +100,7 @@ macro_rules! conformance {
                 identity::concurrent_enqueues_of_one_id_leave_one_row,
                 identity::idempotent_discards_equal_json_values,
                 identity::custom_status_is_kept_until_moved,
+                identity::enqueue_stores_an_error_and_a_source_delivery,
                 awaiting_release::enqueue_while_leased_waits_for_release,
                 awaiting_release::future_destination_sleeps_and_past_is_ready,
                 awaiting_release::custom_destination_keeps_its_status,

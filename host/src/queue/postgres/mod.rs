@@ -230,6 +230,8 @@ impl PostgresStore {
                 .bind(status.as_str())
                 .bind(at)
                 .bind(now)
+                .bind(&message.last_error)
+                .bind(&message.source_delivery_id)
         };
         if message.id.is_none() {
             // Nothing to collide with: no transaction.
@@ -302,6 +304,8 @@ impl PostgresStore {
                         .bind(at)
                         .bind(now)
                         .bind(key)
+                        .bind(&message.last_error)
+                        .bind(&message.source_delivery_id)
                         .execute(&mut *tx)
                         .await?;
                     EnqueueStatus::Updated

@@ -152,6 +152,8 @@ impl QueueStore for SqliteStore {
                 .bind(status.as_str())
                 .bind(at)
                 .bind(now)
+                .bind(&message.last_error)
+                .bind(&message.source_delivery_id)
         };
         if message.id.is_none() {
             // Nothing to collide with: no transaction.
@@ -219,6 +221,8 @@ impl QueueStore for SqliteStore {
                     .bind(at)
                     .bind(now)
                     .bind(key)
+                    .bind(&message.last_error)
+                    .bind(&message.source_delivery_id)
                     .execute(&mut *tx)
                     .await?;
                 EnqueueStatus::Updated

@@ -1,0 +1,80 @@
+//! The bridge loop, the same for every provider: receive readiness notifications, make the
+//! activation of their queues durable, only then acknowledge them, and wake this process's
+//! processors. Failures mark the provider's health check and are retried.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::{ActivationStore, ProviderHealth, ReadinessBridge};
+
+/// Run `bridge` for `queues` until `shutdown`. `wake` is called with each activated queue.
+pub async fn run_bridge(
+    bridge: Arc<dyn ReadinessBridge>,
+    queues: Vec<String>,
+    activations: Arc<dyn ActivationStore>,
+    health: Arc<ProviderHealth>,
+    promote_interval: Duration,
+    wake: Arc<dyn Fn(&str) + Send + Sync>,
+    shutdown: CancellationToken,
+) {
+    let mut started = false;
+    let mut next_promote = Instant::now();
+    while !shutdown.is_cancelled() {
+        let step = async {
+            if !started {
+                bridge
+                    .start(&queues)
+                    .await
+                    .map_err(|e| format!("starting the readiness consumer: {e}"))?;
+                started = true;
+            }
+            if Instant::now() >= next_promote {
+                next_promote = Instant::now() + promote_interval;
+                for queue in &queues {
+                    bridge
+                        .promote_due(queue)
+                        .await
+                        .map_err(|e| format!("promoting due messages of `{queue}`: {e}"))?;
+                }
+            }
+            let notes = bridge
+                .receive(&queues)
+                .await
+                .map_err(|e| format!("reading readiness notifications: {e}"))?;
+            if !notes.is_empty() {
+                let mut activated: Vec<String> = notes.iter().map(|n| n.queue.clone()).collect();
+                activated.sort();
+                activated.dedup();
+                activations.request(&activated).await.map_err(|e| {
+                    format!("recording activations (notifications stay unacknowledged): {e}")
+                })?;
+                for queue in &activated {
+                    wake(queue);
+                }
+                bridge
+                    .acknowledge(&notes)
+                    .await
+                    .map_err(|e| format!("acknowledging readiness notifications: {e}"))?;
+            }
+            Ok::<_, String>(())
+        };
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            outcome = step => outcome,
+        };
+        match outcome {
+            Ok(()) => {
+                health.succeeded(&format!("consuming readiness of {} queue(s)", queues.len()))
+            }
+            Err(reason) => {
+                health.failed(reason);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Starting the external machinery of a host: one readiness bridge (and health check) per
+//! provider, the reconciliation pass, and the wake-up signal of each external queue.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    ActivationStore, ProviderHealth, Providers, ReconciledQueue, run_bridge, run_reconciliation,
+};
+use crate::admin::HealthRegistry;
+use crate::config::{Config, ProviderConfig, QueueStorage};
+
+/// What the processors of external queues need from the started machinery.
+pub struct ExternalRuntime {
+    /// Raised when a queue is activated in this process.
+    pub wakes: BTreeMap<String, Arc<Notify>>,
+    /// The bridge and reconciliation tasks.
+    pub tasks: Vec<JoinHandle<()>>,
+}
+
+/// The external queues of `config` with their provider names.
+pub fn external_queues(config: &Config) -> Vec<(String, String)> {
+    config
+        .queues
+        .iter()
+        .filter(|(_, q)| q.storage == QueueStorage::External)
+        .filter_map(|(name, q)| Some((name.clone(), q.provider.clone()?)))
+        .collect()
+}
+
+/// Start a bridge per provider (registering `external_queue_readiness_{provider}`) and the
+/// reconciliation pass.
+pub fn start(
+    config: &Config,
+    providers: &Providers,
+    activations: Arc<dyn ActivationStore>,
+    health: &HealthRegistry,
+    shutdown: &CancellationToken,
+) -> ExternalRuntime {
+    let queues = external_queues(config);
+    let wakes: BTreeMap<String, Arc<Notify>> = queues
+        .iter()
+        .map(|(q, _)| (q.clone(), Arc::new(Notify::new())))
+        .collect();
+    let wake_map = wakes.clone();
+    let wake: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(move |queue: &str| {
+        if let Some(n) = wake_map.get(queue) {
+            n.notify_one();
+        }
+    });
+    let mut tasks = Vec::new();
+    for (name, provider) in providers.iter() {
+        let check = format!("external_queue_readiness_{name}");
+        let mine: Vec<String> = queues
+            .iter()
+            .filter(|(_, p)| p == name)
+            .map(|(q, _)| q.clone())
+            .collect();
+        if mine.is_empty() {
+            health.register(check, Arc::new(ProviderHealth::idle(name)));
+            continue;
+        }
+        let state = Arc::new(ProviderHealth::not_started(name));
+        health.register(check, state.clone());
+        let promote_interval = match config.providers.get(name) {
+            Some(ProviderConfig::Redis(redis)) => redis.promote_interval,
+            None => std::time::Duration::from_secs(1),
+        };
+        tasks.push(tokio::spawn(run_bridge(
+            provider.bridge.clone(),
+            mine,
+            activations.clone(),
+            state,
+            promote_interval,
+            wake.clone(),
+            shutdown.clone(),
+        )));
+    }
+    let reconciled: Vec<ReconciledQueue> = queues
+        .iter()
+        .filter_map(|(q, p)| {
+            Some(ReconciledQueue {
+                queue: q.clone(),
+                provider: p.clone(),
+                storage: providers.get(p)?.storage.clone(),
+            })
+        })
+        .collect();
+    if !reconciled.is_empty() {
+        tasks.push(tokio::spawn(run_reconciliation(
+            reconciled,
+            activations,
+            config.external.reconcile_interval,
+            wake,
+            shutdown.clone(),
+        )));
+    }
+    ExternalRuntime { wakes, tasks }
+}

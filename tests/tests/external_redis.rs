@@ -1,0 +1,479 @@
+//! External pending storage in Redis, end to end on the real server (`REDIS_URL`), each test
+//! under its own key prefix: the direct-producer topology, moves into the SQL queue, batch
+//! readiness, replacement and idempotency, delayed promotion, reconciliation, two providers,
+//! and the cluster slot of every key.
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::json;
+use wharf_host::RunningHost;
+use wharf_host::config::RedisProviderConfig;
+use wharf_host::enqueue::Enqueuer;
+use wharf_host::external::redis::{DIRECT_PRODUCER, Keys, RedisStorage};
+use wharf_host::external::{Envelope, ExternalPendingStorage};
+use wharf_host::queue::{EnqueueStatus, NewMessage, Selector, Status};
+use wharf_tests::{TestDir, messages, redis_url, unique_prefix, wait_for};
+
+const T: Duration = Duration::from_secs(30);
+
+fn config(prefix: &str, extra: &str) -> String {
+    format!(
+        r#"
+[external]
+reconcile_interval = "300ms"
+
+[providers.main]
+type = "redis"
+url = "{url}"
+key_prefix = "{prefix}"
+promote_interval = "100ms"
+
+[queues.export_order]
+handler = "flaky"
+storage = "external"
+provider = "main"
+max_attempts = 2
+backoff = "10ms"
+max_backoff = "20ms"
+
+[queues.replies]
+handler = "not-deployed"
+{extra}
+"#,
+        url = redis_url()
+    )
+}
+
+async fn start(prefix: &str, extra: &str) -> (TestDir, RunningHost) {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&config(prefix, extra)).await;
+    (dir, host)
+}
+
+async fn redis() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn storage(prefix: &str) -> RedisStorage {
+    RedisStorage::open(&RedisProviderConfig {
+        url: redis_url(),
+        key_prefix: prefix.to_string(),
+        consumer_group: "wharf-readiness".into(),
+        promote_interval: Duration::from_millis(100),
+    })
+    .await
+    .unwrap()
+}
+
+/// The payloads the guest echoed to `replies`, as `n` values.
+async fn replies(host: &RunningHost) -> Vec<i64> {
+    let mut out: Vec<i64> = messages(host, "replies")
+        .await
+        .iter()
+        .map(|m| {
+            let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+            v["seen"]["n"].as_i64().unwrap()
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+async fn direct_produce(prefix: &str, queue: &str, envelope: &str, priority: i32) {
+    let keys = Keys::new(prefix, queue);
+    let mut conn = redis().await;
+    let done: i64 = redis::Script::new(DIRECT_PRODUCER)
+        .key(&keys.ready)
+        .key(&keys.readiness)
+        .arg(priority)
+        .arg(envelope)
+        .arg(queue)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(done, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_producer_with_the_exact_script_is_processed() {
+    let prefix = unique_prefix("ext");
+    let (_dir, host) = start(&prefix, "").await;
+    // The documented key names with the default-style prefix and the literal hash tag.
+    assert_eq!(
+        Keys::new("nexus:queue:", "export_order").ready,
+        "nexus:queue:{export_order}"
+    );
+    for n in 0..5 {
+        let envelope = Envelope::new(
+            json!({"reply_to": "replies", "n": n}).to_string(),
+            Some(format!("order-{n}")),
+            0,
+        );
+        direct_produce(&prefix, "export_order", &envelope.to_json(), 0).await;
+    }
+    wait_for(T, "five replies", || async {
+        (replies(&host).await == vec![0, 1, 2, 3, 4]).then_some(())
+    })
+    .await;
+    // The happy path never touches the SQL queue of the external queue.
+    assert!(messages(&host, "export_order").await.is_empty());
+    let depth = storage(&prefix).await.depth("export_order").await.unwrap();
+    assert_eq!((depth.ready, depth.leased), (0, 0));
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_move_into_sql_and_are_retried_from_there() {
+    let prefix = unique_prefix("ext");
+    let (_dir, host) = start(&prefix, "").await;
+    host.router
+        .enqueue(
+            "export_order",
+            NewMessage {
+                id: Some("bad-1".into()),
+                payload: json!({"permanent": "no such customer"}).to_string(),
+                ..NewMessage::default()
+            },
+        )
+        .await
+        .unwrap();
+    let failed = wait_for(T, "the failure in SQL", || async {
+        messages(&host, "export_order")
+            .await
+            .into_iter()
+            .find(|m| m.status == Status::Failed)
+    })
+    .await;
+    assert_eq!(failed.id.as_deref(), Some("bad-1"));
+    assert!(
+        failed
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("no such customer")
+    );
+    let header = |name: &str| {
+        failed
+            .headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(header("wharf.provider").as_deref(), Some("main"));
+    let envelope = Envelope::parse(&header("wharf.envelope").unwrap()).unwrap();
+    assert_eq!(envelope.message_id.as_deref(), Some("bad-1"));
+    // Nothing stays in the broker.
+    let depth = storage(&prefix).await.depth("export_order").await.unwrap();
+    assert_eq!((depth.ready, depth.leased), (0, 0));
+
+    // A message asking to run later sleeps in SQL, then is processed there.
+    host.router
+        .enqueue(
+            "export_order",
+            NewMessage {
+                payload: json!({"retry_after_ms": 50, "reply_to": "replies", "n": 7}).to_string(),
+                ..NewMessage::default()
+            },
+        )
+        .await
+        .unwrap();
+    wait_for(T, "the retried reply", || async {
+        (replies(&host).await == vec![7]).then_some(())
+    })
+    .await;
+    let moved = messages(&host, "export_order").await;
+    assert!(
+        moved.iter().any(|m| m.status == Status::Processed),
+        "the retry-later message was processed from SQL: {moved:?}"
+    );
+
+    // The failed one is retried from SQL with the same CLI path and fails again the same way
+    // (its payload is permanent), proving it runs from SQL.
+    let retried = host.store.retry(&Selector::Key(failed.key)).await.unwrap();
+    assert_eq!(retried, 1);
+    wait_for(T, "the retried failure", || async {
+        host.store
+            .get(failed.key)
+            .await
+            .unwrap()
+            .filter(|m| m.status == Status::Failed && m.attempts >= 1)
+    })
+    .await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_body_ends_failed_in_sql_with_the_raw_body() {
+    let prefix = unique_prefix("ext");
+    let (_dir, host) = start(&prefix, "").await;
+    direct_produce(&prefix, "export_order", "this is not an envelope", 0).await;
+    let failed = wait_for(T, "the malformed body in SQL", || async {
+        messages(&host, "export_order")
+            .await
+            .into_iter()
+            .find(|m| m.status == Status::Failed)
+    })
+    .await;
+    assert!(
+        failed
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("not an external-pending envelope"),
+        "{:?}",
+        failed.last_error
+    );
+    assert!(
+        failed
+            .headers
+            .iter()
+            .any(|(k, v)| k == "wharf.envelope" && v == "this is not an envelope")
+    );
+    let depth = storage(&prefix).await.depth("export_order").await.unwrap();
+    assert_eq!((depth.ready, depth.leased), (0, 0));
+    host.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_batch_appends_one_readiness_record_only_when_something_was_added() {
+    let prefix = unique_prefix("ext");
+    let s = storage(&prefix).await;
+    let keys = s.keys("q");
+    let envelopes: Vec<Envelope> = (0..10)
+        .map(|n| Envelope::new(format!("{{\"n\":{n}}}"), Some(format!("id-{n}")), 0))
+        .collect();
+    let statuses = s.enqueue_batch("q", &envelopes, true).await.unwrap();
+    assert!(statuses.iter().all(|s| *s == EnqueueStatus::Added));
+    let mut conn = redis().await;
+    let len: u64 = conn.xlen(&keys.readiness).await.unwrap();
+    assert_eq!(len, 1);
+    let ready: u64 = conn.zcard(&keys.ready).await.unwrap();
+    assert_eq!(ready, 10);
+    // The same batch again in an idempotent queue: all discarded, no readiness record.
+    let again = s.enqueue_batch("q", &envelopes, true).await.unwrap();
+    assert!(again.iter().all(|s| *s == EnqueueStatus::Discarded));
+    let len: u64 = conn.xlen(&keys.readiness).await.unwrap();
+    assert_eq!(len, 1);
+}
+
+#[tokio::test]
+async fn a_message_id_replaces_the_pending_envelope_and_identical_ones_are_discarded() {
+    let prefix = unique_prefix("ext");
+    let s = storage(&prefix).await;
+    let v1 = Envelope::new(r#"{"v":1}"#, Some("order-1".into()), 0);
+    let v2 = Envelope::new(r#"{"v":2}"#, Some("order-1".into()), 3);
+    assert_eq!(
+        s.enqueue("q", &v1, true).await.unwrap(),
+        EnqueueStatus::Added
+    );
+    assert_eq!(
+        s.enqueue("q", &v1, true).await.unwrap(),
+        EnqueueStatus::Discarded
+    );
+    assert_eq!(
+        s.enqueue("q", &v2, true).await.unwrap(),
+        EnqueueStatus::Updated
+    );
+    let leased = s.lease("q", 10, 60_000).await.unwrap();
+    assert_eq!(leased.len(), 1, "replaced, not added");
+    assert_eq!(Envelope::parse(&leased[0].body).unwrap(), v2);
+    assert_eq!(leased[0].attempt, 1);
+    // Settling by token works once; a second settle of the same token is a lost lease.
+    let item = (leased[0].token.clone(), Some("order-1".to_string()));
+    assert_eq!(
+        s.settle("q", std::slice::from_ref(&item)).await.unwrap(),
+        vec![true]
+    );
+    assert_eq!(s.settle("q", &[item]).await.unwrap(), vec![false]);
+    // Scheduled messages keep the id semantics.
+    let later = Envelope::new(r#"{"v":3}"#, Some("order-2".into()), 0);
+    let due = wharf_host::queue::now_ms() + 3_600_000;
+    assert_eq!(
+        s.enqueue_delayed("q", &later, due, false).await.unwrap(),
+        EnqueueStatus::Added
+    );
+    let newer = Envelope::new(r#"{"v":4}"#, Some("order-2".into()), 0);
+    assert_eq!(
+        s.enqueue_delayed("q", &newer, due, false).await.unwrap(),
+        EnqueueStatus::Updated
+    );
+    let depth = s.depth("q").await.unwrap();
+    assert_eq!((depth.ready, depth.delayed), (0, 1));
+}
+
+#[tokio::test]
+async fn priorities_run_highest_first_and_expired_leases_return() {
+    let prefix = unique_prefix("ext");
+    let s = storage(&prefix).await;
+    for (n, p) in [(1, 0), (2, 5), (3, -1)] {
+        s.enqueue(
+            "q",
+            &Envelope::new(format!("{{\"n\":{n}}}"), None, p),
+            false,
+        )
+        .await
+        .unwrap();
+    }
+    let leased = s.lease("q", 10, 1).await.unwrap();
+    let order: Vec<i32> = leased
+        .iter()
+        .map(|l| Envelope::parse(&l.body).unwrap().priority)
+        .collect();
+    assert_eq!(order, vec![5, 0, -1]);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(s.return_expired("q", 100).await.unwrap(), 3);
+    let again = s.lease("q", 10, 60_000).await.unwrap();
+    assert_eq!(again.len(), 3);
+    assert!(
+        again.iter().all(|l| l.attempt == 2),
+        "a returned message counts its delivery"
+    );
+    // The old tokens are fenced off.
+    let stale: Vec<(String, Option<String>)> =
+        leased.iter().map(|l| (l.token.clone(), None)).collect();
+    assert_eq!(s.settle("q", &stale).await.unwrap(), vec![false; 3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_messages_are_promoted_when_due() {
+    let prefix = unique_prefix("ext");
+    let (_dir, host) = start(&prefix, "").await;
+    let started = std::time::Instant::now();
+    host.router
+        .enqueue(
+            "export_order",
+            NewMessage {
+                payload: json!({"reply_to": "replies", "n": 1}).to_string(),
+                process_at_ms: Some(wharf_host::queue::now_ms() + 1_000),
+                ..NewMessage::default()
+            },
+        )
+        .await
+        .unwrap();
+    let depth = storage(&prefix).await.depth("export_order").await.unwrap();
+    assert_eq!((depth.ready, depth.delayed), (0, 1));
+    wait_for(T, "the delayed reply", || async {
+        (replies(&host).await == vec![1]).then_some(())
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "not before its time"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_recovers_deleted_readiness_records() {
+    let prefix = unique_prefix("ext");
+    let keys = Keys::new(&prefix, "export_order");
+    // Written while no host runs, then the readiness records are deleted by hand.
+    let s = storage(&prefix).await;
+    for n in 0..3 {
+        s.enqueue(
+            "export_order",
+            &Envelope::new(json!({"reply_to": "replies", "n": n}).to_string(), None, 0),
+            false,
+        )
+        .await
+        .unwrap();
+    }
+    let mut conn = redis().await;
+    let _: () = conn.del(&keys.readiness).await.unwrap();
+    let (_dir, host) = start(&prefix, "").await;
+    wait_for(T, "three replies", || async {
+        (replies(&host).await == vec![0, 1, 2]).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_providers_at_once_and_readiness_health_per_provider() {
+    let prefix = unique_prefix("ext");
+    let other = unique_prefix("ext2");
+    let extra = format!(
+        r#"
+[providers.second]
+type = "redis"
+url = "{}"
+key_prefix = "{other}"
+
+[providers.unused]
+type = "redis"
+url = "{}"
+
+[queues.import_order]
+handler = "flaky"
+storage = "external"
+provider = "second"
+"#,
+        redis_url(),
+        redis_url()
+    );
+    let (_dir, host) = start(&prefix, &extra).await;
+    host.router
+        .enqueue(
+            "export_order",
+            wharf_tests::msg(json!({"reply_to": "replies", "n": 1})),
+        )
+        .await
+        .unwrap();
+    host.router
+        .enqueue(
+            "import_order",
+            wharf_tests::msg(json!({"reply_to": "replies", "n": 2})),
+        )
+        .await
+        .unwrap();
+    wait_for(T, "both replies", || async {
+        (replies(&host).await == vec![1, 2]).then_some(())
+    })
+    .await;
+    // Each went through its own provider's keys.
+    let mut conn = redis().await;
+    let a: bool = conn
+        .exists(Keys::new(&other, "import_order").readiness)
+        .await
+        .unwrap();
+    assert!(a, "the second provider's readiness stream exists");
+    let (_, checks) = host.health.report().await;
+    for name in ["main", "second", "unused"] {
+        let check = &checks[&format!("external_queue_readiness_{name}")];
+        assert!(check.healthy, "{name}: {}", check.detail);
+    }
+    assert!(
+        checks["external_queue_readiness_unused"]
+            .detail
+            .contains("no consumer")
+    );
+    host.shutdown().await;
+}
+
+#[test]
+fn every_key_of_a_queue_hashes_to_one_cluster_slot() {
+    fn slot(key: &str) -> u16 {
+        // Redis Cluster: CRC16 (XMODEM) of the hash tag's content, modulo 16384.
+        let tagged = match (key.find('{'), key.find('}')) {
+            (Some(open), Some(close)) if close > open + 1 => &key[open + 1..close],
+            _ => key,
+        };
+        crc16::State::<crc16::XMODEM>::calculate(tagged.as_bytes()) % 16384
+    }
+    // The reference value from the Redis Cluster specification.
+    assert_eq!(
+        crc16::State::<crc16::XMODEM>::calculate(b"123456789"),
+        0x31C3
+    );
+    for (prefix, queue) in [("nexus:queue:", "export_order"), ("app:", "a:b{c")] {
+        let keys = Keys::new(prefix, queue);
+        let slots: Vec<u16> = keys.all().iter().map(|k| slot(k)).collect();
+        assert!(slots.windows(2).all(|w| w[0] == w[1]), "{queue}: {slots:?}");
+    }
+}
