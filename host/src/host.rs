@@ -132,7 +132,13 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
             .context("opening the activation store (external_activations)")?,
     );
     let external_runtime =
-        external::start(&config, &providers, activations.clone(), &health, &shutdown);
+        external::start(&config, &providers, activations.clone(), &health, &shutdown)
+            .await
+            .map_err(|(name, e)| {
+                anyhow::anyhow!(
+                    "starting the readiness consumer of provider `{name}` ([providers.{name}]): {e}"
+                )
+            })?;
     background.extend(external_runtime.tasks);
     let router = Arc::new(QueueRouter::new(store.clone(), &config, &providers));
     let wake_router = router.clone();
@@ -166,6 +172,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
             }
             let recorder = Recorder::start(store.clone(), settings.retention.as_millis() as i64);
             InboxBinding {
+                queue_table: store.queue_database_table(),
                 store,
                 recorder,
                 endpoint,

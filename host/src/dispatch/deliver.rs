@@ -28,6 +28,9 @@ pub struct InboxBinding {
     pub retention: Duration,
     /// The message source, for metrics (`sql` for the SQL queue).
     pub provider: &'static str,
+    /// The store's table when it lives in the queue database
+    /// ([`InboxStore::queue_database_table`], asked once).
+    pub queue_table: Option<std::sync::Arc<str>>,
 }
 
 /// The inbox check of one message, done for the whole leased batch at once.
@@ -50,7 +53,7 @@ pub(crate) async fn lease_and_check(
     let w = &shared.worker;
     let lease_ms = w.config.lease.as_millis() as i64;
     let probe = w.inbox.as_ref().and_then(|binding| {
-        let table = binding.store.queue_database_table()?;
+        let table = binding.queue_table.clone()?;
         w.store.leases_check_inbox().then(|| InboxProbe {
             table,
             endpoint: binding.endpoint.clone(),
@@ -202,7 +205,7 @@ pub(crate) async fn process(
             .into_iter()
             .chain(std::iter::once(key.clone()))
             .collect();
-        match binding.store.queue_database_table() {
+        match binding.queue_table.clone() {
             Some(table) => {
                 write = Some(InboxWrite {
                     table,

@@ -260,9 +260,9 @@ impl ExternalWorker {
         settler: &mpsc::Sender<SettleRequest>,
     ) {
         match disposition {
-            Disposition::Complete | Disposition::Release => {
-                self.settle(leased, envelope, settler).await
-            }
+            Disposition::Complete => self.settle(leased, envelope, settler).await,
+            // Left leased: the message returns to the broker when its lease expires.
+            Disposition::Release => {}
             Disposition::Retry { at_ms, error } => {
                 self.move_and_settle(
                     leased,

@@ -1,12 +1,13 @@
 //! The configured providers (`[providers.NAME]`), opened once each: the storage the router
-//! and processors use, and the readiness bridge.
+//! and processors use. Readiness bridges are opened separately, and only for providers that
+//! serve at least one queue ([`open_bridge`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::redis::{RedisReadiness, RedisStorage};
 use super::{ExternalError, ExternalPendingStorage, ReadinessBridge};
-use crate::config::{Config, ProviderConfig};
+use crate::config::{Config, ExternalConfig, ProviderConfig};
 
 /// One opened provider.
 #[derive(Clone)]
@@ -15,8 +16,6 @@ pub struct Provider {
     pub kind: &'static str,
     /// Its pending-message storage.
     pub storage: Arc<dyn ExternalPendingStorage>,
-    /// Its readiness bridge.
-    pub bridge: Arc<dyn ReadinessBridge>,
 }
 
 /// Every configured provider by name.
@@ -35,13 +34,9 @@ impl Providers {
                     let storage = RedisStorage::open(redis)
                         .await
                         .map_err(|e| (name.clone(), e))?;
-                    let bridge = RedisReadiness::open(redis, config.external.claim_after)
-                        .await
-                        .map_err(|e| (name.clone(), e))?;
                     Provider {
                         kind: provider.kind(),
                         storage: Arc::new(storage),
-                        bridge: Arc::new(bridge),
                     }
                 }
             };
@@ -58,5 +53,17 @@ impl Providers {
     /// Every provider with its name.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Provider)> {
         self.by_name.iter()
+    }
+}
+
+/// Open the readiness bridge of `provider` (its own connection: reads block on it).
+pub async fn open_bridge(
+    provider: &ProviderConfig,
+    external: &ExternalConfig,
+) -> Result<Arc<dyn ReadinessBridge>, ExternalError> {
+    match provider {
+        ProviderConfig::Redis(redis) => Ok(Arc::new(
+            RedisReadiness::open(redis, external.claim_after).await?,
+        )),
     }
 }

@@ -8,8 +8,10 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::providers::open_bridge;
 use super::{
-    ActivationStore, ProviderHealth, Providers, ReconciledQueue, run_bridge, run_reconciliation,
+    ActivationStore, ExternalError, ProviderHealth, Providers, ReconciledQueue, run_bridge,
+    run_reconciliation,
 };
 use crate::admin::HealthRegistry;
 use crate::config::{Config, ProviderConfig, QueueStorage};
@@ -32,15 +34,16 @@ pub fn external_queues(config: &Config) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Start a bridge per provider (registering `external_queue_readiness_{provider}`) and the
-/// reconciliation pass.
-pub fn start(
+/// Start a bridge per provider that serves a queue (registering
+/// `external_queue_readiness_{provider}` for every provider) and the reconciliation pass.
+/// Fails, naming the provider, when a bridge cannot connect.
+pub async fn start(
     config: &Config,
     providers: &Providers,
     activations: Arc<dyn ActivationStore>,
     health: &HealthRegistry,
     shutdown: &CancellationToken,
-) -> ExternalRuntime {
+) -> Result<ExternalRuntime, (String, ExternalError)> {
     let queues = external_queues(config);
     let wakes: BTreeMap<String, Arc<Notify>> = queues
         .iter()
@@ -53,7 +56,7 @@ pub fn start(
         }
     });
     let mut tasks = Vec::new();
-    for (name, provider) in providers.iter() {
+    for (name, provider_config) in &config.providers {
         let check = format!("external_queue_readiness_{name}");
         let mine: Vec<String> = queues
             .iter()
@@ -64,14 +67,16 @@ pub fn start(
             health.register(check, Arc::new(ProviderHealth::idle(name)));
             continue;
         }
+        let bridge = open_bridge(provider_config, &config.external)
+            .await
+            .map_err(|e| (name.clone(), e))?;
         let state = Arc::new(ProviderHealth::not_started(name));
         health.register(check, state.clone());
-        let promote_interval = match config.providers.get(name) {
-            Some(ProviderConfig::Redis(redis)) => redis.promote_interval,
-            None => std::time::Duration::from_secs(1),
+        let promote_interval = match provider_config {
+            ProviderConfig::Redis(redis) => redis.promote_interval,
         };
         tasks.push(tokio::spawn(run_bridge(
-            provider.bridge.clone(),
+            bridge,
             mine,
             activations.clone(),
             state,
@@ -99,5 +104,5 @@ pub fn start(
             shutdown.clone(),
         )));
     }
-    ExternalRuntime { wakes, tasks }
+    Ok(ExternalRuntime { wakes, tasks })
 }
