@@ -477,3 +477,200 @@ fn every_key_of_a_queue_hashes_to_one_cluster_slot() {
         assert!(slots.windows(2).all(|w| w[0] == w[1]), "{queue}: {slots:?}");
     }
 }
+
+async fn pending_readiness(keys: &Keys) -> u64 {
+    let mut conn = redis().await;
+    let summary: redis::Value = redis::cmd("XPENDING")
+        .arg(&keys.readiness)
+        .arg("wharf-readiness")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    match summary {
+        redis::Value::Array(items) => redis::from_redis_value_ref(&items[0]).unwrap(),
+        other => panic!("unexpected XPENDING reply {other:?}"),
+    }
+}
+
+async fn readiness_check(host: &RunningHost, provider: &str) -> (bool, String) {
+    let (_, checks) = host.health.report().await;
+    let check = &checks[&format!("external_queue_readiness_{provider}")];
+    (check.healthy, check.detail.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_is_acknowledged_only_after_the_activation_is_durable() {
+    let prefix = unique_prefix("ext");
+    let keys = Keys::new(&prefix, "export_order");
+    let schema = wharf_tests::PgSchema::new();
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir
+        .start_postgres(
+            &schema,
+            "100ms",
+            &config(&prefix, "").replace("300ms", "1h"),
+        )
+        .await;
+    wait_for(T, "the readiness consumer to start", || async {
+        readiness_check(&host, "main").await.0.then_some(())
+    })
+    .await;
+    // Break the activation store, then produce.
+    let sql = |statement: String| {
+        let schema = schema.name.clone();
+        async move {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&wharf_tests::database_url())
+                .await
+                .unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "SET search_path = \"{schema}\"; {statement}"
+            )))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    };
+    sql("ALTER TABLE external_activations RENAME TO activations_away".into()).await;
+    let envelope = Envelope::new(json!({"reply_to": "replies", "n": 1}).to_string(), None, 0);
+    direct_produce(&prefix, "export_order", &envelope.to_json(), 0).await;
+    wait_for(T, "the bridge to report the failing activation", || async {
+        let (healthy, detail) = readiness_check(&host, "main").await;
+        (!healthy && detail.contains("activation")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        pending_readiness(&keys).await,
+        1,
+        "the notification stays unacknowledged while its activation cannot be stored"
+    );
+    assert!(replies(&host).await.is_empty());
+    // Repair: the same notification is activated, acknowledged, and the work is done.
+    sql("ALTER TABLE activations_away RENAME TO external_activations".into()).await;
+    wait_for(T, "the reply", || async {
+        (replies(&host).await == vec![1]).then_some(())
+    })
+    .await;
+    wait_for(T, "the acknowledgement and health", || async {
+        (pending_readiness(&keys).await == 0 && readiness_check(&host, "main").await.0)
+            .then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}
+
+/// A Redis server of this test's own, so that restarting it disturbs no other test.
+struct PrivateRedis {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl PrivateRedis {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut server = PrivateRedis {
+            port,
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server runs");
+        self.child = Some(child);
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(started.elapsed() < T, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_turns_health_red_then_green_and_processing_resumes() {
+    let mut server = PrivateRedis::start();
+    let prefix = unique_prefix("ext");
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let text = config(&prefix, "").replace(&redis_url(), &server.url());
+    let host = dir.start(&text).await;
+    wait_for(T, "the readiness consumer to start", || async {
+        readiness_check(&host, "main").await.0.then_some(())
+    })
+    .await;
+    let enqueue_range = |range: std::ops::Range<i64>| {
+        let router = host.router.clone();
+        async move {
+            for n in range {
+                router
+                    .enqueue(
+                        "export_order",
+                        wharf_tests::msg(json!({"reply_to": "replies", "n": n})),
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    enqueue_range(0..50).await;
+    wait_for(T, "the first replies", || async {
+        (replies(&host).await.len() == 50).then_some(())
+    })
+    .await;
+
+    server.kill();
+    wait_for(T, "the readiness check to turn unhealthy", || async {
+        (!readiness_check(&host, "main").await.0).then_some(())
+    })
+    .await;
+    server.spawn();
+    wait_for(T, "the readiness check to turn healthy again", || async {
+        readiness_check(&host, "main").await.0.then_some(())
+    })
+    .await;
+    enqueue_range(50..100).await;
+    wait_for(T, "every reply after the restart", || async {
+        (replies(&host).await == (0..100).collect::<Vec<_>>()).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}

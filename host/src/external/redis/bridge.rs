@@ -5,6 +5,7 @@
 //! messages (one script: move + readiness record).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -33,6 +34,9 @@ pub struct RedisReadiness {
     consumer: String,
     claim_after: Duration,
     last_claim: Mutex<Option<Instant>>,
+    /// Records were handed out and not yet acknowledged: the next read starts with this
+    /// consumer's own pending records (after a failed activation they are delivered again).
+    unacknowledged: AtomicBool,
     promote: Script,
 }
 
@@ -54,6 +58,7 @@ impl RedisReadiness {
             ),
             claim_after,
             last_claim: Mutex::new(None),
+            unacknowledged: AtomicBool::new(false),
             promote: Script::new(scripts::PROMOTE_DUE),
         })
     }
@@ -118,22 +123,45 @@ impl ReadinessBridge for RedisReadiness {
     async fn receive(&self, queues: &[String]) -> Result<Vec<Notification>, ExternalError> {
         let mut out = self.claim_abandoned(queues).await?;
         if !out.is_empty() {
+            self.unacknowledged.store(true, Ordering::Release);
             return Ok(out);
         }
         let streams: Vec<String> = queues
             .iter()
             .map(|q| Keys::new(&self.prefix, q).readiness)
             .collect();
-        let ids: Vec<&str> = streams.iter().map(|_| ">").collect();
-        let options = StreamReadOptions::default()
-            .group(&self.group, &self.consumer)
-            .count(COUNT)
-            .block(BLOCK.as_millis() as usize);
-        let reply: Option<StreamReadReply> = self
-            .conn
-            .clone()
-            .xread_options(&streams, &ids, &options)
-            .await?;
+        let mut reply: Option<StreamReadReply> = None;
+        if self.unacknowledged.load(Ordering::Acquire) {
+            // Our own pending records (id 0): delivered again without blocking.
+            let ids: Vec<&str> = streams.iter().map(|_| "0").collect();
+            let options = StreamReadOptions::default()
+                .group(&self.group, &self.consumer)
+                .count(COUNT);
+            reply = self
+                .conn
+                .clone()
+                .xread_options(&streams, &ids, &options)
+                .await?;
+            if reply
+                .as_ref()
+                .is_none_or(|r| r.keys.iter().all(|k| k.ids.is_empty()))
+            {
+                self.unacknowledged.store(false, Ordering::Release);
+                reply = None;
+            }
+        }
+        if reply.is_none() {
+            let ids: Vec<&str> = streams.iter().map(|_| ">").collect();
+            let options = StreamReadOptions::default()
+                .group(&self.group, &self.consumer)
+                .count(COUNT)
+                .block(BLOCK.as_millis() as usize);
+            reply = self
+                .conn
+                .clone()
+                .xread_options(&streams, &ids, &options)
+                .await?;
+        }
         for key in reply.map(|r| r.keys).unwrap_or_default() {
             let Some(queue) = self.queue_of(&key.key, queues) else {
                 continue;
@@ -142,6 +170,9 @@ impl ReadinessBridge for RedisReadiness {
                 queue: queue.clone(),
                 handle: format!("{}\n{}", key.key, entry.id),
             }));
+        }
+        if !out.is_empty() {
+            self.unacknowledged.store(true, Ordering::Release);
         }
         Ok(out)
     }
@@ -159,6 +190,7 @@ impl ReadinessBridge for RedisReadiness {
             pipe.xdel(*stream, ids).ignore();
         }
         let () = pipe.query_async(&mut self.conn.clone()).await?;
+        self.unacknowledged.store(false, Ordering::Release);
         Ok(())
     }
 
