@@ -674,3 +674,57 @@ async fn a_redis_restart_turns_health_red_then_green_and_processing_resumes() {
     .await;
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_skips_a_redelivered_message_id_from_the_broker() {
+    let prefix = unique_prefix("ext");
+    let text = config(&prefix, "").replace(
+        "max_backoff = \"20ms\"\n",
+        "max_backoff = \"20ms\"\ninbox = { store = \"sql\" }\n",
+    );
+    assert!(text.contains("inbox ="));
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&text).await;
+    let body = Envelope::new(
+        json!({"reply_to": "replies", "n": 1}).to_string(),
+        Some("dup-1".into()),
+        0,
+    )
+    .to_json();
+    direct_produce(&prefix, "export_order", &body, 0).await;
+    wait_for(T, "the first reply", || async {
+        (replies(&host).await == vec![1]).then_some(())
+    })
+    .await;
+    // Settled in the broker, so recorded in the inbox (the record precedes the settlement).
+    let s = storage(&prefix).await;
+    wait_for(T, "the first message to be settled", || async {
+        let d = s.depth("export_order").await.unwrap();
+        (d.ready == 0 && d.leased == 0).then_some(())
+    })
+    .await;
+    // The producer sends the same MessageId again, plus one without an id (no inbox).
+    direct_produce(&prefix, "export_order", &body, 0).await;
+    let no_id = Envelope::new(json!({"reply_to": "replies", "n": 2}).to_string(), None, 0);
+    direct_produce(&prefix, "export_order", &no_id.to_json(), 0).await;
+    wait_for(T, "the message without an id", || async {
+        (replies(&host).await == vec![1, 2]).then_some(())
+    })
+    .await;
+    wait_for(T, "the broker to be empty", || async {
+        let d = s.depth("export_order").await.unwrap();
+        (d.ready == 0 && d.leased == 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        replies(&host).await,
+        vec![1, 2],
+        "the redelivery was skipped"
+    );
+    assert!(
+        messages(&host, "export_order").await.is_empty(),
+        "a duplicate is settled in the broker, not moved"
+    );
+    host.shutdown().await;
+}

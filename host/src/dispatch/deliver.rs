@@ -34,6 +34,7 @@ pub struct InboxBinding {
 }
 
 /// The inbox check of one message, done for the whole leased batch at once.
+#[derive(Debug, Clone)]
 pub(crate) enum Precheck {
     /// The queue has no inbox, or the message id cannot be deduplicated.
     Bypass,
@@ -88,7 +89,16 @@ async fn precheck(shared: &Shared, batch: &[LeasedMessage]) -> Vec<Precheck> {
             }
         })
         .collect();
-    // Keys the lease statement did not check are checked here, in one round trip.
+    check_keys(binding, keys).await
+}
+
+/// Resolve the inbox check of a batch: `keys` holds, per message, its key and whether it
+/// was already checked (`Some(seen)`), or `None` for a message that bypasses the inbox.
+/// Unchecked keys are checked in one round trip; a failure fails only those.
+pub(crate) async fn check_keys(
+    binding: &InboxBinding,
+    keys: Vec<Option<(InboxKey, Option<bool>)>>,
+) -> Vec<Precheck> {
     let unchecked: Vec<InboxKey> = keys
         .iter()
         .flatten()

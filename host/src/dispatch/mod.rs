@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use deliver::InboxBinding;
+pub(crate) use deliver::{Precheck, check_keys};
 pub use outcome::{decide, transient};
 pub use recorder::Recorder;
 pub use settle::Settler;

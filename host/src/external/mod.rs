@@ -15,6 +15,7 @@ mod providers;
 mod reconcile;
 pub mod redis;
 mod run;
+mod settler;
 
 use async_trait::async_trait;
 

@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+
+use super::settler::{SettleRequest, start_settler};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{ActivationStore, Envelope, ExternalLeased, ExternalPendingStorage};
+use super::{ActivationStore, Envelope, EnvelopeError, ExternalLeased, ExternalPendingStorage};
 use crate::config::QueueConfig;
-use crate::dispatch::{InboxBinding, decide, transient};
+use crate::dispatch::{InboxBinding, Precheck, check_keys, decide, transient};
 use crate::enqueue::Enqueuer;
 use crate::inbox::InboxKey;
 use crate::queue::{Backoff, Disposition, NewMessage, QueueStore, Status, now_ms};
@@ -49,8 +51,6 @@ pub struct ExternalWorker {
     /// The consumer inbox of this queue's endpoint, when enabled.
     pub inbox: Option<InboxBinding>,
 }
-
-type SettleRequest = ((String, Option<String>), oneshot::Sender<bool>);
 
 impl ExternalWorker {
     /// Run until `shutdown`; in-flight messages get `grace` to finish (the rest return to
@@ -122,12 +122,23 @@ impl ExternalWorker {
                 if leased.is_empty() {
                     break;
                 }
-                for (message, permit) in leased.into_iter().zip(permits.drain(..)) {
+                let parsed: Vec<_> = leased
+                    .into_iter()
+                    .map(|m| {
+                        let envelope = Envelope::parse(&m.body);
+                        (m, envelope)
+                    })
+                    .collect();
+                let checks = me.precheck(&parsed).await;
+                for (((message, envelope), check), permit) in
+                    parsed.into_iter().zip(checks).zip(permits.drain(..))
+                {
                     let me = me.clone();
                     let handler = handler.clone();
                     let settler = settler.clone();
                     tasks.spawn(async move {
-                        me.process(&handler, message, &settler).await;
+                        me.process(&handler, message, envelope, check, &settler)
+                            .await;
                         drop(permit);
                     });
                 }
@@ -138,13 +149,43 @@ impl ExternalWorker {
         tasks.abort_all();
     }
 
+    /// The inbox check of a leased batch, keyed on each envelope's MessageId: one round trip.
+    async fn precheck(
+        &self,
+        batch: &[(ExternalLeased, Result<Envelope, EnvelopeError>)],
+    ) -> Vec<Precheck> {
+        let Some(binding) = &self.inbox else {
+            return batch.iter().map(|_| Precheck::Bypass).collect();
+        };
+        let keys = batch
+            .iter()
+            .map(|(_, envelope)| {
+                let id = envelope.as_ref().ok()?.message_id.as_deref();
+                let Some(id) = id else {
+                    tracing::warn!(queue = %self.name, endpoint = %binding.endpoint, "inbox bypassed: the envelope has no MessageId; the handler runs without deduplication");
+                    return None;
+                };
+                match InboxKey::new(&binding.endpoint, id) {
+                    Ok(key) => Some((key, None)),
+                    Err(reason) => {
+                        tracing::warn!(queue = %self.name, endpoint = %binding.endpoint, "inbox bypassed: {reason}; the handler runs without deduplication");
+                        None
+                    }
+                }
+            })
+            .collect();
+        check_keys(binding, keys).await
+    }
+
     async fn process(
         &self,
         handler: &Arc<LoadedHandler>,
         leased: ExternalLeased,
+        envelope: Result<Envelope, EnvelopeError>,
+        check: Precheck,
         settler: &mpsc::Sender<SettleRequest>,
     ) {
-        let envelope = match Envelope::parse(&leased.body) {
+        let envelope = match envelope {
             Ok(envelope) => envelope,
             Err(e) => {
                 tracing::error!(queue = %self.name, provider = %self.provider, "moving a message that is not a valid envelope into the SQL queue as failed: {e}");
@@ -182,47 +223,31 @@ impl ExternalWorker {
             max: self.config.max_backoff,
         };
 
-        // Inbox check (by the host), keyed on the envelope's MessageId.
-        let key = match (&self.inbox, envelope.message_id.as_deref()) {
-            (Some(binding), Some(id)) => match InboxKey::new(&binding.endpoint, id) {
-                Ok(key) => Some((binding, key)),
-                Err(reason) => {
-                    tracing::warn!(queue = %self.name, endpoint = %binding.endpoint, "inbox bypassed: {reason}; the handler runs without deduplication");
-                    None
-                }
-            },
-            (Some(binding), None) => {
-                tracing::warn!(queue = %self.name, endpoint = %binding.endpoint, "inbox bypassed: the envelope has no MessageId; the handler runs without deduplication");
-                None
+        // The inbox check (made for the whole batch before the guests ran).
+        let key = match check {
+            Precheck::Bypass => None,
+            Precheck::Failed(error) => {
+                let disposition = transient(error, leased.attempt, max, backoff);
+                self.apply(&leased, &envelope, disposition, settler).await;
+                return;
             }
-            _ => None,
+            Precheck::Checked(key, true) => {
+                let binding = self
+                    .inbox
+                    .as_ref()
+                    .expect("checked against the queue's inbox");
+                tracing::info!(
+                    name: "duplicate_detected", target: "wharf::inbox",
+                    queue = %self.name, endpoint = %binding.endpoint, provider = self.kind,
+                    message_id = %key.message_id,
+                    "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
+                );
+                crate::metrics::duplicate_detected(&binding.endpoint, &self.name, self.kind);
+                self.settle(&leased, &envelope, settler).await;
+                return;
+            }
+            Precheck::Checked(key, false) => self.inbox.as_ref().map(|b| (b, key)),
         };
-        if let Some((binding, key)) = &key {
-            match binding.store.is_processed(key).await {
-                Ok(true) => {
-                    tracing::info!(
-                        name: "duplicate_detected", target: "wharf::inbox",
-                        queue = %self.name, endpoint = %binding.endpoint, provider = self.kind,
-                        message_id = %key.message_id,
-                        "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
-                    );
-                    crate::metrics::duplicate_detected(&binding.endpoint, &self.name, self.kind);
-                    self.settle(&leased, &envelope, settler).await;
-                    return;
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    let disposition = transient(
-                        format!("inbox check failed: {e}"),
-                        leased.attempt,
-                        max,
-                        backoff,
-                    );
-                    self.apply(&leased, &envelope, disposition, settler).await;
-                    return;
-                }
-            }
-        }
 
         let message = Message {
             queue: self.name.to_string(),
@@ -360,41 +385,4 @@ impl ExternalWorker {
             }
         }
     }
-}
-
-/// One task per queue settling broker messages in batches.
-fn start_settler(
-    storage: Arc<dyn ExternalPendingStorage>,
-    queue: String,
-) -> mpsc::Sender<SettleRequest> {
-    const MAX_BATCH: usize = 512;
-    let (tx, mut rx) = mpsc::channel::<SettleRequest>(4 * MAX_BATCH);
-    tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            let (items, replies): (Vec<_>, Vec<_>) = batch.drain(..).unzip();
-            let mut outcome = storage.settle(&queue, &items).await;
-            for delay_ms in [100, 400, 1600] {
-                if outcome.is_ok() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                outcome = storage.settle(&queue, &items).await;
-            }
-            match outcome {
-                Ok(held) => {
-                    for (reply, held) in replies.into_iter().zip(held) {
-                        let _ = reply.send(held);
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(%queue, "cannot settle broker messages; their leases will expire and they will run again: {e}");
-                    for reply in replies {
-                        let _ = reply.send(false);
-                    }
-                }
-            }
-        }
-    });
-    tx
 }
