@@ -109,7 +109,7 @@ async fn measure(rate: u64, duration: Duration) {
         for _ in 0..per_tick {
             n += 1;
             let router = host.router.clone();
-            let id = if n % (rate / 100).max(1) == 0 {
+            let id = if n.is_multiple_of((rate / 100).max(1)) {
                 probes += 1;
                 let id = format!("probe-{probes}");
                 outstanding

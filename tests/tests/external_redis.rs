@@ -728,3 +728,39 @@ async fn the_inbox_skips_a_redelivered_message_id_from_the_broker() {
     );
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_hands_unfinished_messages_back_to_the_broker() {
+    let prefix = unique_prefix("ext");
+    let dir = TestDir::new();
+    dir.deploy("spin", "spin");
+    let text = format!(
+        "[providers.main]\ntype = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n\
+         [queues.stuck]\nhandler = \"spin\"\nstorage = \"external\"\nprovider = \"main\"\n\
+         timeout = \"60s\"\nlease = \"120s\"\n",
+        redis_url()
+    );
+    let host = dir.start(&text).await;
+    host.router
+        .enqueue("stuck", wharf_tests::msg(json!({"n": 1})))
+        .await
+        .unwrap();
+    let s = storage(&prefix).await;
+    wait_for(T, "the message to be leased", || async {
+        (s.depth("stuck").await.unwrap().leased == 1).then_some(())
+    })
+    .await;
+    host.shutdown().await; // the guest never returns: the grace period (5 s) runs out
+    let depth = s.depth("stuck").await.unwrap();
+    assert_eq!(
+        (depth.ready, depth.leased),
+        (1, 0),
+        "back in the ready set at once"
+    );
+    let again = s.lease("stuck", 10, 60_000).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        again[0].attempt, 1,
+        "the interrupted delivery is not counted"
+    );
+}

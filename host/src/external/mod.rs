@@ -123,6 +123,10 @@ pub trait ExternalPendingStorage: Send + Sync + 'static {
         settled: &[(String, Option<String>)],
     ) -> Result<Vec<bool>, ExternalError>;
 
+    /// Hand leased messages back untouched (shutdown): ready again, the delivery not
+    /// counted. Returns how many were still leased.
+    async fn release(&self, queue: &str, tokens: &[String]) -> Result<u64, ExternalError>;
+
     /// Return messages whose lease expired to the ready set (at most `max`); returns how many.
     async fn return_expired(&self, queue: &str, max: u32) -> Result<u64, ExternalError>;
 

@@ -5,7 +5,8 @@
 //! whose leases kept expiring) first moves the message into the SQL queue of the same name —
 //! with its envelope, provider and MessageId — and only then settles it in the broker.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
@@ -61,6 +62,7 @@ impl ExternalWorker {
         let slots = Arc::new(Semaphore::new(me.config.concurrency.max(1) as usize));
         let batch = me.config.batch.min(me.config.concurrency).max(1);
         let mut tasks = JoinSet::new();
+        let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
         let mut changes = me.registry.subscribe();
         'outer: loop {
             let Some(handler) = me.registry.get(&me.config.handler) else {
@@ -136,9 +138,16 @@ impl ExternalWorker {
                     let me = me.clone();
                     let handler = handler.clone();
                     let settler = settler.clone();
+                    let in_flight = in_flight.clone();
+                    let token = message.token.clone();
+                    in_flight
+                        .lock()
+                        .expect("in-flight set")
+                        .insert(token.clone());
                     tasks.spawn(async move {
                         me.process(&handler, message, envelope, check, &settler)
                             .await;
+                        in_flight.lock().expect("in-flight set").remove(&token);
                         drop(permit);
                     });
                 }
@@ -147,6 +156,19 @@ impl ExternalWorker {
         let _ =
             tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
         tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        // What did not finish goes back to the broker now, not when its lease expires.
+        let leftover: Vec<String> = in_flight.lock().expect("in-flight set").drain().collect();
+        if !leftover.is_empty() {
+            match me.storage.release(&me.name, &leftover).await {
+                Ok(n) => {
+                    tracing::warn!(queue = %me.name, provider = %me.provider, count = n, "released messages still running after the shutdown grace period")
+                }
+                Err(e) => {
+                    tracing::error!(queue = %me.name, provider = %me.provider, "could not release in-flight messages, their leases will expire: {e}")
+                }
+            }
+        }
     }
 
     /// The inbox check of a leased batch, keyed on each envelope's MessageId: one round trip.

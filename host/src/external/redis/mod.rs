@@ -104,6 +104,7 @@ pub struct RedisStorage {
     lease: Script,
     settle: Script,
     return_expired: Script,
+    release: Script,
 }
 
 impl RedisStorage {
@@ -116,6 +117,7 @@ impl RedisStorage {
             lease: Script::new(scripts::LEASE),
             settle: Script::new(scripts::SETTLE),
             return_expired: Script::new(scripts::RETURN_EXPIRED),
+            release: Script::new(scripts::RELEASE),
         })
     }
 
@@ -259,6 +261,24 @@ impl ExternalPendingStorage for RedisStorage {
         }
         let held: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await?;
         Ok(held.into_iter().map(|h| h == 1).collect())
+    }
+
+    async fn release(&self, queue: &str, tokens: &[String]) -> Result<u64, ExternalError> {
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        let keys = self.keys(queue);
+        let mut call = self.release.prepare_invoke();
+        call.key(&keys.ready)
+            .key(&keys.leases)
+            .key(&keys.leased)
+            .key(&keys.attempts)
+            .key(&keys.readiness)
+            .arg(queue);
+        for token in tokens {
+            call.arg(token);
+        }
+        Ok(call.invoke_async(&mut self.conn.clone()).await?)
     }
 
     async fn return_expired(&self, queue: &str, max: u32) -> Result<u64, ExternalError> {
