@@ -764,3 +764,72 @@ async fn shutdown_hands_unfinished_messages_back_to_the_broker() {
         "the interrupted delivery is not counted"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_message_stands_in_for_its_broker_message_id() {
+    let prefix = unique_prefix("ext");
+    let text = config(&prefix, "")
+        .replace("max_attempts = 2\n", "max_attempts = 5\n")
+        .replace(
+            "max_backoff = \"20ms\"\n",
+            "max_backoff = \"20ms\"\ninbox = { store = \"sql\" }\n",
+        );
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&text).await;
+    // Fails on its first delivery (from Redis), moves into SQL, succeeds there on a retry.
+    let body = Envelope::new(
+        json!({"transient_until": 2, "reply_to": "replies", "n": 1}).to_string(),
+        Some("m-1".into()),
+        0,
+    )
+    .to_json();
+    direct_produce(&prefix, "export_order", &body, 0).await;
+    let moved = wait_for(T, "the moved message to succeed in SQL", || async {
+        messages(&host, "export_order")
+            .await
+            .into_iter()
+            .find(|m| m.status == Status::Processed)
+    })
+    .await;
+    assert_eq!(moved.id.as_deref(), Some("m-1"));
+    assert_eq!(replies(&host).await, vec![1]);
+    // Its success recorded the broker MessageId: the broker sending it again is skipped.
+    direct_produce(&prefix, "export_order", &body, 0).await;
+    let s = storage(&prefix).await;
+    wait_for(T, "the redelivery to be consumed", || async {
+        let d = s.depth("export_order").await.unwrap();
+        (d.ready == 0 && d.leased == 0).then_some(())
+    })
+    .await;
+    // And a moved message standing in for an already processed MessageId is skipped too.
+    let stand_in = host
+        .store
+        .enqueue(
+            "export_order",
+            NewMessage {
+                payload: json!({"reply_to": "replies", "n": 9}).to_string(),
+                headers: vec![("wharf.provider".into(), "main".into())],
+                source_delivery_id: Some("m-1".into()),
+                ..NewMessage::default()
+            },
+            false,
+        )
+        .await
+        .unwrap();
+    host.router.wake(Some("export_order"));
+    wait_for(T, "the stand-in to be skipped", || async {
+        host.store
+            .get(stand_in.key)
+            .await
+            .unwrap()
+            .filter(|m| m.outcome.as_deref() == Some("skipped: duplicate"))
+    })
+    .await;
+    assert_eq!(
+        replies(&host).await,
+        vec![1],
+        "neither ran the handler again"
+    );
+    host.shutdown().await;
+}

@@ -72,6 +72,21 @@ pub(crate) async fn lease_and_check(
     Ok((leased, checks))
 }
 
+/// The id a delivery is checked against. A message moved in from an external provider stands
+/// in for its broker delivery: it is checked against that MessageId (its source), which its
+/// own success also records. Every other message — an operator resubmission too — is checked
+/// against its own delivery id.
+fn checked_id(m: &LeasedMessage) -> &str {
+    let moved = m.headers.iter().any(|(k, _)| k == MOVED_FROM_HEADER);
+    match (&m.source_delivery_id, moved) {
+        (Some(source), true) => source,
+        _ => &m.delivery_id,
+    }
+}
+
+/// The header a message moved in from an external provider carries (the provider name).
+pub const MOVED_FROM_HEADER: &str = "wharf.provider";
+
 /// Check a leased batch against the queue's inbox: with the flags the lease statement
 /// returned, or in one round trip.
 async fn precheck(shared: &Shared, batch: &[LeasedMessage]) -> Vec<Precheck> {
@@ -81,8 +96,10 @@ async fn precheck(shared: &Shared, batch: &[LeasedMessage]) -> Vec<Precheck> {
     };
     let keys: Vec<Option<(InboxKey, Option<bool>)>> = batch
         .iter()
-        .map(|m| match InboxKey::new(&binding.endpoint, &m.delivery_id) {
-            Ok(key) => Some((key, m.inbox_processed)),
+        .map(|m| match InboxKey::new(&binding.endpoint, checked_id(m)) {
+            // The lease statement checked the delivery id; a stand-in's source is checked here.
+            Ok(key) if key.message_id == m.delivery_id => Some((key, m.inbox_processed)),
+            Ok(key) => Some((key, None)),
             Err(reason) => {
                 tracing::warn!(queue = %w.name, endpoint = %binding.endpoint, key = m.lease.key, "inbox bypassed: {reason}; the handler runs without deduplication");
                 None
@@ -183,6 +200,7 @@ pub(crate) async fn process(
 
     // 2. The guest.
     let source = leased.source_delivery_id.clone();
+    let own_id = leased.delivery_id.clone();
     let message = Message {
         queue: leased.queue,
         id: leased.id,
@@ -211,10 +229,14 @@ pub(crate) async fn process(
         let source_key = source
             .as_deref()
             .and_then(|s| InboxKey::new(&binding.endpoint, s).ok());
-        let keys: Vec<InboxKey> = source_key
-            .into_iter()
-            .chain(std::iter::once(key.clone()))
-            .collect();
+        // The checked key is the delivery's own, or (a moved message) its source.
+        let own_key = if key.message_id == own_id {
+            Some(key.clone())
+        } else {
+            InboxKey::new(&binding.endpoint, &own_id).ok()
+        };
+        let mut keys: Vec<InboxKey> = source_key.into_iter().chain(own_key).collect();
+        keys.dedup();
         match binding.queue_table.clone() {
             Some(table) => {
                 write = Some(InboxWrite {

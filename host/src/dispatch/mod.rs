@@ -17,7 +17,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use deliver::InboxBinding;
+pub use deliver::{InboxBinding, MOVED_FROM_HEADER};
 pub(crate) use deliver::{Precheck, check_keys};
 pub use outcome::{decide, transient};
 pub use recorder::Recorder;

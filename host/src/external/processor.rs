@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ActivationStore, Envelope, EnvelopeError, ExternalLeased, ExternalPendingStorage};
 use crate::config::QueueConfig;
-use crate::dispatch::{InboxBinding, Precheck, check_keys, decide, transient};
+use crate::dispatch::{InboxBinding, MOVED_FROM_HEADER, Precheck, check_keys, decide, transient};
 use crate::enqueue::Enqueuer;
 use crate::inbox::InboxKey;
 use crate::queue::{Backoff, Disposition, NewMessage, QueueStore, Status, now_ms};
@@ -383,7 +383,7 @@ impl ExternalWorker {
             priority: envelope.map_or(0, |e| e.priority),
             process_at_ms: Some(at_ms.unwrap_or_else(now_ms)),
             headers: vec![
-                ("wharf.provider".to_string(), self.provider.clone()),
+                (MOVED_FROM_HEADER.to_string(), self.provider.clone()),
                 ("wharf.envelope".to_string(), leased.body.clone()),
             ],
             status,
