@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use wharf_host::Config;
-use wharf_host::config::RedisProviderConfig;
-use wharf_host::external::redis::RedisStorage;
-use wharf_host::external::{Envelope, ExternalPendingStorage};
+use wharf_host::external::redis::{RedisProvider, RedisSettings};
+use wharf_host::external::{Envelope, Provider, PublishOptions};
 
 const MESSAGES: u64 = 100_000;
 
@@ -38,11 +37,9 @@ async fn run_once(run: u64) -> Duration {
     let host = wharf_host::start(Config::load(&config_path).unwrap())
         .await
         .unwrap();
-    let storage = RedisStorage::open(&RedisProviderConfig {
-        url: redis_url(),
+    let storage = RedisProvider::open(RedisSettings {
         key_prefix: prefix.clone(),
-        consumer_group: "wharf-readiness".into(),
-        promote_interval: Duration::from_millis(500),
+        ..RedisSettings::new(redis_url())
     })
     .await
     .unwrap();
@@ -58,7 +55,7 @@ async fn run_once(run: u64) -> Duration {
             })
             .collect();
         storage
-            .enqueue_batch("bench", &envelopes, false)
+            .publish("bench", &envelopes, PublishOptions::default())
             .await
             .unwrap();
     }
@@ -66,8 +63,8 @@ async fn run_once(run: u64) -> Duration {
     std::fs::copy(&guest, dir.path().join("handlers/noop.wasm")).unwrap();
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let depth = storage.depth("bench").await.unwrap();
-        if depth.ready == 0 && depth.leased == 0 {
+        let depth = storage.depth("bench").await.unwrap().unwrap_or_default();
+        if depth.ready == 0 && depth.in_flight == 0 {
             break;
         }
     }

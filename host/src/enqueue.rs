@@ -1,6 +1,8 @@
 //! The host's enqueue path, shared by the CLI and the guest `enqueue` import: checks the
 //! target queue and the payload, routes the message to the queue's storage, and wakes the
-//! queue's processors in this process.
+//! queue's processors in this process. For an external queue, the provider's capabilities
+//! decide: a future-dated message goes to a provider with native delay as is, and otherwise
+//! waits in the SQL queue until due, when the host publishes it into the broker.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,7 +11,8 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::config::{Config, QueueStorage};
-use crate::external::{Envelope, ExternalPendingStorage, Providers};
+use crate::dispatch::DEFERRED_PUBLISH_HEADER;
+use crate::external::{Envelope, Provider, Providers, PublishOptions};
 use crate::queue::{Enqueued, NewMessage, QueueError, QueueStore, now_ms};
 
 /// Why a message was not enqueued.
@@ -61,7 +64,41 @@ struct Route {
     wake: Arc<Notify>,
     idempotent: bool,
     /// For `storage = "external"`: the provider holding its pending messages.
-    external: Option<Arc<dyn ExternalPendingStorage>>,
+    external: Option<ExternalRoute>,
+}
+
+/// Where an external queue's pending messages go.
+#[derive(Clone)]
+pub struct ExternalRoute {
+    /// The `[providers.NAME]` name.
+    pub name: String,
+    /// The provider.
+    pub provider: Arc<dyn Provider>,
+    /// How the queue publishes (idempotency and id replacement where the provider can).
+    pub options: PublishOptions,
+}
+
+impl ExternalRoute {
+    /// The route of queue `q` of `config`, when it is external and its provider is open.
+    pub fn of(config: &crate::config::QueueConfig, providers: &Providers) -> Option<Self> {
+        if config.storage != QueueStorage::External {
+            return None;
+        }
+        let name = config.provider.clone()?;
+        let provider = providers.get(&name)?.clone();
+        let caps = provider.capabilities();
+        let options = PublishOptions {
+            due_at_ms: None,
+            idempotent: config.idempotent && caps.idempotency,
+            replace_by_id: config.replace_by_id.unwrap_or(caps.id_replacement)
+                && caps.id_replacement,
+        };
+        Some(ExternalRoute {
+            name,
+            provider,
+            options,
+        })
+    }
 }
 
 impl QueueRouter {
@@ -77,12 +114,7 @@ impl QueueRouter {
                     Route {
                         wake: Arc::new(Notify::new()),
                         idempotent: q.idempotent,
-                        external: q
-                            .provider
-                            .as_deref()
-                            .filter(|_| q.storage == QueueStorage::External)
-                            .and_then(|p| providers.get(p))
-                            .map(|p| p.storage.clone()),
+                        external: ExternalRoute::of(q, providers),
                     },
                 )
             })
@@ -131,20 +163,34 @@ impl Enqueuer for QueueRouter {
         // External queues keep pending messages in their provider; a custom status is not
         // pending, so it goes to the SQL queue like every other non-pending state.
         if let (Some(external), None) = (&route.external, &message.status) {
-            let envelope = Envelope::new(message.payload, message.id, message.priority);
-            let status = match message.process_at_ms.filter(|at| *at > now_ms()) {
-                Some(at) => {
-                    external
-                        .enqueue_delayed(queue, &envelope, at, route.idempotent)
-                        .await
-                }
-                None => external.enqueue(queue, &envelope, route.idempotent).await,
+            let due = message.process_at_ms.filter(|at| *at > now_ms());
+            if due.is_none() || external.provider.capabilities().delay {
+                let envelope = Envelope::new(message.payload, message.id, message.priority);
+                let options = PublishOptions {
+                    due_at_ms: due,
+                    ..external.options
+                };
+                let status = external
+                    .provider
+                    .publish(queue, std::slice::from_ref(&envelope), options)
+                    .await
+                    .map_err(|e| EnqueueError::External {
+                        queue: queue.to_string(),
+                        reason: format!("provider `{}`: {e}", external.name),
+                    })?
+                    .pop()
+                    .ok_or_else(|| EnqueueError::External {
+                        queue: queue.to_string(),
+                        reason: format!("provider `{}` answered no status", external.name),
+                    })?;
+                return Ok(Enqueued { key: 0, status });
             }
-            .map_err(|e| EnqueueError::External {
-                queue: queue.to_string(),
-                reason: e.to_string(),
-            })?;
-            return Ok(Enqueued { key: 0, status });
+            // No native delay: kept (sleeping) in the SQL queue, published when due.
+            let mut message = message;
+            message
+                .headers
+                .push((DEFERRED_PUBLISH_HEADER.to_string(), external.name.clone()));
+            return Ok(self.store.enqueue(queue, message, route.idempotent).await?);
         }
         let done = self.store.enqueue(queue, message, route.idempotent).await?;
         if done.status != crate::queue::EnqueueStatus::Discarded {

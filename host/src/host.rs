@@ -10,10 +10,13 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, HealthCheck, HealthRegistry};
-use crate::config::{Config, QueueStorage};
-use crate::dispatch::{InboxBinding, QueueWorker, Recorder, Settler};
-use crate::enqueue::QueueRouter;
-use crate::external::{self, ActivationStore, ExternalWorker, Providers, SqlActivations};
+use crate::config::Config;
+use crate::dispatch::{InboxBinding, Pipeline, Recorder, Settler, SqlSource};
+use crate::enqueue::{ExternalRoute, QueueRouter};
+use crate::external::{
+    self, ActivationStore, AttemptCounter, ConsumerSettings, ExternalParts, ExternalSource,
+    Providers, SqlActivations, SqlAttempts,
+};
 use crate::inbox::{self, InboxStores};
 use crate::queue::{self, QueueStore};
 use crate::runtime::{HandlerRegistry, deploy};
@@ -126,11 +129,12 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
     let providers = Providers::open(&config).await.map_err(|(name, e)| {
         anyhow::anyhow!("opening provider `{name}` ([providers.{name}]): {e}")
     })?;
-    let activations: Arc<dyn ActivationStore> = Arc::new(
+    let sql_activations =
         SqlActivations::open(&config.storage.url, config.storage.schema.as_deref())
             .await
-            .context("opening the activation store (external_activations)")?,
-    );
+            .context("opening the activation store (external_activations)")?;
+    let attempts: Arc<dyn AttemptCounter> = Arc::new(SqlAttempts::beside(&sql_activations));
+    let activations: Arc<dyn ActivationStore> = Arc::new(sql_activations);
     let external_runtime =
         external::start(&config, &providers, activations.clone(), &health, &shutdown)
             .await
@@ -177,50 +181,65 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
                 recorder,
                 endpoint,
                 retention: settings.retention,
-                provider: "sql",
             }
         });
-        if let (QueueStorage::External, Some(provider_name)) =
-            (queue_config.storage, queue_config.provider.as_ref())
-            && let Some(provider) = providers.get(provider_name)
-        {
-            let worker = ExternalWorker {
-                name: Arc::from(name.as_str()),
-                provider: provider_name.clone(),
-                kind: provider.kind,
-                config: queue_config.clone(),
-                storage: provider.storage.clone(),
-                activations: activations.clone(),
-                sql: store.clone(),
-                sql_wake: router
-                    .wake_signal(name)
-                    .expect("every configured queue has a wake signal"),
-                wake: external_runtime.wakes[name].clone(),
-                registry: registry.clone(),
-                enqueuer: router.clone(),
-                poll_interval: config.storage.poll_interval,
-                inbox: inbox.clone(),
-            };
-            workers.push(tokio::spawn(
-                worker.run(shutdown.clone(), config.host.shutdown_grace),
-            ));
-        }
-        let worker = QueueWorker {
+        let sql_wake = router
+            .wake_signal(name)
+            .expect("every configured queue has a wake signal");
+        let pipeline = |inbox: Option<InboxBinding>| Pipeline {
+            name: Arc::from(name.as_str()),
+            config: queue_config.clone(),
+            registry: registry.clone(),
+            enqueuer: router.clone(),
             inbox,
+        };
+        let grace = config.host.shutdown_grace;
+        let external = ExternalRoute::of(queue_config, &providers);
+        if let Some(route) = &external {
+            let settings = ConsumerSettings {
+                prefetch: queue_config.concurrency,
+                lease: queue_config.lease,
+            };
+            let consumer = route.provider.consumer(name, settings).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "opening the consumer of queue `{name}` on provider `{}` ([providers.{}]): {e}",
+                    route.name,
+                    route.name
+                )
+            })?;
+            let source = ExternalSource::new(ExternalParts {
+                name: Arc::from(name.as_str()),
+                provider: route.name.clone(),
+                kind: route.provider.kind(),
+                config: queue_config.clone(),
+                consumer,
+                activations: activations.clone(),
+                attempts: attempts.clone(),
+                sql: store.clone(),
+                sql_wake: sql_wake.clone(),
+                wake: external_runtime.wakes[name].clone(),
+                poll_interval: config.storage.poll_interval,
+            });
+            workers.push(tokio::spawn(pipeline(inbox.clone()).run(
+                source,
+                shutdown.clone(),
+                grace,
+            )));
+        }
+        let source = SqlSource {
             name: Arc::from(name.as_str()),
             config: queue_config.clone(),
             store: store.clone(),
-            registry: registry.clone(),
             settler: settler.clone(),
-            enqueuer: router.clone(),
-            wake: router
-                .wake_signal(name)
-                .expect("every configured queue has a wake signal"),
+            wake: sql_wake,
             poll_interval: config.storage.poll_interval,
+            publish_to: external.map(|r| (r.name, r.provider, r.options)),
         };
-        workers.push(tokio::spawn(
-            worker.run(shutdown.clone(), config.host.shutdown_grace),
-        ));
+        workers.push(tokio::spawn(pipeline(inbox).run(
+            source,
+            shutdown.clone(),
+            grace,
+        )));
     }
     drop(settler);
     tracing::info!(queues = config.queues.len(), "host started");

@@ -88,8 +88,8 @@ fn sigkill_mid_load_loses_no_external_message() {
     let config = format!(
         "[host]\nadmin_listen = \"127.0.0.1:{}\"\nmax_instances = 16\n\
          [storage]\nurl = \"sqlite://wharf.db\"\npoll_interval = \"100ms\"\n\
-         [external]\nreconcile_interval = \"200ms\"\nclaim_after = \"1s\"\n\
-         [providers.main]\ntype = \"redis\"\nurl = \"{}\"\nkey_prefix = \"wharf-test:kill:{nanos}:\"\n\
+         [external]\nreconcile_interval = \"200ms\"\n\
+         [providers.main]\ntype = \"redis\"\nurl = \"{}\"\nkey_prefix = \"wharf-test:kill:{nanos}:\"\nclaim_after = \"1s\"\n\
          [queues.export_order]\nhandler = \"flaky\"\nstorage = \"external\"\nprovider = \"main\"\n\
          concurrency = 8\nlease = \"2s\"\ntimeout = \"1s\"\n\
          [queues.replies]\nhandler = \"not-deployed\"\n",

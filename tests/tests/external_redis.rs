@@ -8,10 +8,12 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use serde_json::json;
 use wharf_host::RunningHost;
-use wharf_host::config::RedisProviderConfig;
 use wharf_host::enqueue::Enqueuer;
-use wharf_host::external::redis::{DIRECT_PRODUCER, Keys, RedisStorage};
-use wharf_host::external::{Envelope, ExternalPendingStorage};
+use wharf_host::external::redis::{DIRECT_PRODUCER, Keys, RedisProvider, RedisSettings};
+use wharf_host::external::{
+    ConsumerSettings, DeliveryCount, Depth, Envelope, Handle, Provider, ProviderError,
+    PublishOptions,
+};
 use wharf_host::queue::{EnqueueStatus, NewMessage, Selector, Status};
 use wharf_tests::{TestDir, messages, redis_url, unique_prefix, wait_for};
 
@@ -60,15 +62,123 @@ async fn redis() -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-async fn storage(prefix: &str) -> RedisStorage {
-    RedisStorage::open(&RedisProviderConfig {
-        url: redis_url(),
+/// The Redis provider under `prefix`, with the calls these tests make.
+struct Storage(RedisProvider);
+
+/// One leased message.
+struct Leased {
+    token: Handle,
+    body: String,
+    attempt: u32,
+}
+
+impl Storage {
+    fn keys(&self, queue: &str) -> Keys {
+        self.0.keys(queue)
+    }
+
+    async fn publish(
+        &self,
+        queue: &str,
+        envelopes: &[Envelope],
+        idempotent: bool,
+        due_at_ms: Option<i64>,
+    ) -> Result<Vec<EnqueueStatus>, ProviderError> {
+        let options = PublishOptions {
+            due_at_ms,
+            idempotent,
+            replace_by_id: true,
+        };
+        self.0.publish(queue, envelopes, options).await
+    }
+
+    async fn enqueue(
+        &self,
+        queue: &str,
+        envelope: &Envelope,
+        idempotent: bool,
+    ) -> Result<EnqueueStatus, ProviderError> {
+        Ok(self
+            .publish(queue, std::slice::from_ref(envelope), idempotent, None)
+            .await?[0])
+    }
+
+    async fn enqueue_batch(
+        &self,
+        queue: &str,
+        envelopes: &[Envelope],
+        idempotent: bool,
+    ) -> Result<Vec<EnqueueStatus>, ProviderError> {
+        self.publish(queue, envelopes, idempotent, None).await
+    }
+
+    async fn enqueue_delayed(
+        &self,
+        queue: &str,
+        envelope: &Envelope,
+        due_at_ms: i64,
+        idempotent: bool,
+    ) -> Result<EnqueueStatus, ProviderError> {
+        Ok(self
+            .publish(
+                queue,
+                std::slice::from_ref(envelope),
+                idempotent,
+                Some(due_at_ms),
+            )
+            .await?[0])
+    }
+
+    async fn lease(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: u64,
+    ) -> Result<Vec<Leased>, ProviderError> {
+        let settings = ConsumerSettings {
+            prefetch: max,
+            lease: Duration::from_millis(lease_ms),
+        };
+        let consumer = self.0.consumer(queue, settings).await?;
+        Ok(consumer
+            .receive(max)
+            .await?
+            .into_iter()
+            .map(|d| Leased {
+                token: d.handle,
+                body: String::from_utf8(d.body.to_vec()).unwrap(),
+                attempt: match d.count {
+                    DeliveryCount::Exact(n) => n,
+                    other => panic!("redis counts deliveries exactly, got {other:?}"),
+                },
+            })
+            .collect())
+    }
+
+    async fn settle(&self, queue: &str, tokens: &[Handle]) -> Result<Vec<bool>, ProviderError> {
+        let settings = ConsumerSettings {
+            prefetch: 1,
+            lease: Duration::from_secs(60),
+        };
+        self.0.consumer(queue, settings).await?.ack(tokens).await
+    }
+
+    async fn return_expired(&self, queue: &str) -> Result<u64, ProviderError> {
+        self.0.maintenance().return_expired(queue).await
+    }
+
+    async fn depth(&self, queue: &str) -> Result<Depth, ProviderError> {
+        Ok(self.0.depth(queue).await?.expect("redis tells its depth"))
+    }
+}
+
+async fn storage(prefix: &str) -> Storage {
+    let settings = RedisSettings {
         key_prefix: prefix.to_string(),
-        consumer_group: "wharf-readiness".into(),
         promote_interval: Duration::from_millis(100),
-    })
-    .await
-    .unwrap()
+        ..RedisSettings::new(redis_url())
+    };
+    Storage(RedisProvider::open(settings).await.unwrap())
 }
 
 /// The payloads the guest echoed to `replies`, as `n` values.
@@ -124,7 +234,7 @@ async fn a_direct_producer_with_the_exact_script_is_processed() {
     // The happy path never touches the SQL queue of the external queue.
     assert!(messages(&host, "export_order").await.is_empty());
     let depth = storage(&prefix).await.depth("export_order").await.unwrap();
-    assert_eq!((depth.ready, depth.leased), (0, 0));
+    assert_eq!((depth.ready, depth.in_flight), (0, 0));
     host.shutdown().await;
 }
 
@@ -170,7 +280,7 @@ async fn failures_move_into_sql_and_are_retried_from_there() {
     assert_eq!(envelope.message_id.as_deref(), Some("bad-1"));
     // Nothing stays in the broker.
     let depth = storage(&prefix).await.depth("export_order").await.unwrap();
-    assert_eq!((depth.ready, depth.leased), (0, 0));
+    assert_eq!((depth.ready, depth.in_flight), (0, 0));
 
     // A message asking to run later sleeps in SQL, then is processed there.
     host.router
@@ -236,7 +346,7 @@ async fn a_malformed_body_ends_failed_in_sql_with_the_raw_body() {
             .any(|(k, v)| k == "wharf.envelope" && v == "this is not an envelope")
     );
     let depth = storage(&prefix).await.depth("export_order").await.unwrap();
-    assert_eq!((depth.ready, depth.leased), (0, 0));
+    assert_eq!((depth.ready, depth.in_flight), (0, 0));
     host.shutdown().await;
 }
 
@@ -285,7 +395,7 @@ async fn a_message_id_replaces_the_pending_envelope_and_identical_ones_are_disca
     assert_eq!(Envelope::parse(&leased[0].body).unwrap(), v2);
     assert_eq!(leased[0].attempt, 1);
     // Settling by token works once; a second settle of the same token is a lost lease.
-    let item = (leased[0].token.clone(), Some("order-1".to_string()));
+    let item = leased[0].token.clone();
     assert_eq!(
         s.settle("q", std::slice::from_ref(&item)).await.unwrap(),
         vec![true]
@@ -327,7 +437,7 @@ async fn priorities_run_highest_first_and_expired_leases_return() {
         .collect();
     assert_eq!(order, vec![5, 0, -1]);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(s.return_expired("q", 100).await.unwrap(), 3);
+    assert_eq!(s.return_expired("q").await.unwrap(), 3);
     let again = s.lease("q", 10, 60_000).await.unwrap();
     assert_eq!(again.len(), 3);
     assert!(
@@ -335,8 +445,7 @@ async fn priorities_run_highest_first_and_expired_leases_return() {
         "a returned message counts its delivery"
     );
     // The old tokens are fenced off.
-    let stale: Vec<(String, Option<String>)> =
-        leased.iter().map(|l| (l.token.clone(), None)).collect();
+    let stale: Vec<Handle> = leased.iter().map(|l| l.token.clone()).collect();
     assert_eq!(s.settle("q", &stale).await.unwrap(), vec![false; 3]);
 }
 
@@ -701,7 +810,7 @@ async fn the_inbox_skips_a_redelivered_message_id_from_the_broker() {
     let s = storage(&prefix).await;
     wait_for(T, "the first message to be settled", || async {
         let d = s.depth("export_order").await.unwrap();
-        (d.ready == 0 && d.leased == 0).then_some(())
+        (d.ready == 0 && d.in_flight == 0).then_some(())
     })
     .await;
     // The producer sends the same MessageId again, plus one without an id (no inbox).
@@ -714,7 +823,7 @@ async fn the_inbox_skips_a_redelivered_message_id_from_the_broker() {
     .await;
     wait_for(T, "the broker to be empty", || async {
         let d = s.depth("export_order").await.unwrap();
-        (d.ready == 0 && d.leased == 0).then_some(())
+        (d.ready == 0 && d.in_flight == 0).then_some(())
     })
     .await;
     assert_eq!(
@@ -747,13 +856,13 @@ async fn shutdown_hands_unfinished_messages_back_to_the_broker() {
         .unwrap();
     let s = storage(&prefix).await;
     wait_for(T, "the message to be leased", || async {
-        (s.depth("stuck").await.unwrap().leased == 1).then_some(())
+        (s.depth("stuck").await.unwrap().in_flight == 1).then_some(())
     })
     .await;
     host.shutdown().await; // the guest never returns: the grace period (5 s) runs out
     let depth = s.depth("stuck").await.unwrap();
     assert_eq!(
-        (depth.ready, depth.leased),
+        (depth.ready, depth.in_flight),
         (1, 0),
         "back in the ready set at once"
     );
@@ -799,7 +908,7 @@ async fn a_moved_message_stands_in_for_its_broker_message_id() {
     let s = storage(&prefix).await;
     wait_for(T, "the redelivery to be consumed", || async {
         let d = s.depth("export_order").await.unwrap();
-        (d.ready == 0 && d.leased == 0).then_some(())
+        (d.ready == 0 && d.in_flight == 0).then_some(())
     })
     .await;
     // And a moved message standing in for an already processed MessageId is skipped too.

@@ -138,6 +138,7 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
         status: args.status.as_deref().map(parse_status).transpose()?,
         last_error: None,
         source_delivery_id: None,
+        attempts: 0,
     };
     if let Some(file) = &args.file {
         return super::bulk::enqueue_file(

@@ -1,6 +1,7 @@
-//! Configuration of external pending storage: `[providers.NAME]` (one broker connection
-//! each, selected by queues with `storage = "external"` and `provider = "NAME"`) and
-//! `[external]` (the provider-independent settings: reconciliation).
+//! Configuration of external pending storage: `[providers.NAME]` (one broker each, selected
+//! by queues with `storage = "external"` and `provider = "NAME"`; its `type` picks the
+//! provider module, which owns and checks every other key of the section) and `[external]`
+//! (the provider-independent settings).
 
 use std::time::Duration;
 
@@ -20,53 +21,16 @@ pub enum QueueStorage {
     External,
 }
 
-/// `[providers.NAME]`: one external pending storage.
+/// `[providers.NAME]`: one external pending storage. `type` names the provider module;
+/// the other keys are its settings, checked by that module when the file is loaded.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
-pub enum ProviderConfig {
-    /// Redis: sorted sets and a readiness stream per queue.
-    Redis(RedisProviderConfig),
-}
-
-impl ProviderConfig {
-    /// The provider type name (`redis`), for metrics and logs.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            ProviderConfig::Redis(_) => "redis",
-        }
-    }
-}
-
-/// `[providers.NAME]` with `type = "redis"`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RedisProviderConfig {
-    /// Connection URL, e.g. `redis://127.0.0.1:6379`.
-    pub url: String,
-    /// Prefix of every key (the queue name follows inside a `{hash tag}`).
-    #[serde(default = "RedisProviderConfig::default_prefix")]
-    pub key_prefix: String,
-    /// Consumer group of the readiness bridge on each queue's readiness stream.
-    #[serde(default = "RedisProviderConfig::default_group")]
-    pub consumer_group: String,
-    /// How often due delayed messages are promoted to the ready set.
-    #[serde(
-        default = "RedisProviderConfig::default_promote_interval",
-        deserialize_with = "duration::deserialize"
-    )]
-    pub promote_interval: Duration,
-}
-
-impl RedisProviderConfig {
-    fn default_prefix() -> String {
-        "nexus:queue:".to_string()
-    }
-    fn default_group() -> String {
-        "wharf-readiness".to_string()
-    }
-    fn default_promote_interval() -> Duration {
-        Duration::from_millis(500)
-    }
+pub struct ProviderConfig {
+    /// The provider type (`redis`, `rabbitmq`, …).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Every other key of the section.
+    #[serde(flatten)]
+    pub settings: toml::Table,
 }
 
 /// `[external]`: settings shared by every provider.
@@ -74,20 +38,15 @@ impl RedisProviderConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ExternalConfig {
     /// How often the reconciliation pass checks every external queue for work that has no
-    /// activation (a missed notification) and for expired leases.
+    /// activation (a missed notification).
     #[serde(deserialize_with = "duration::deserialize")]
     pub reconcile_interval: Duration,
-    /// How long a readiness notification may stay unacknowledged by a crashed host before
-    /// another host claims it.
-    #[serde(deserialize_with = "duration::deserialize")]
-    pub claim_after: Duration,
 }
 
 impl Default for ExternalConfig {
     fn default() -> Self {
         ExternalConfig {
             reconcile_interval: Duration::from_secs(30),
-            claim_after: Duration::from_secs(30),
         }
     }
 }

@@ -38,7 +38,7 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    fn key(file: &Path, key: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(super) fn key(file: &Path, key: impl Into<String>, reason: impl Into<String>) -> Self {
         ConfigError::Key {
             file: file.to_path_buf(),
             key: key.into(),
@@ -179,6 +179,7 @@ impl Config {
                 ),
             ));
         }
+        self.check_providers(file)?;
         for (name, handler) in &self.handlers {
             check_name(file, &format!("handlers.{name}"), name)?;
             if let Some(memory) = handler.memory
@@ -225,34 +226,7 @@ impl Config {
                     ),
                 ));
             }
-            match (queue.storage, &queue.provider) {
-                (super::QueueStorage::External, None) => {
-                    return Err(ConfigError::key(
-                        file,
-                        key("provider"),
-                        "is required with storage = \"external\": add `provider = \"NAME\"` and a `[providers.NAME]` section with `type = \"redis\"`",
-                    ));
-                }
-                (super::QueueStorage::External, Some(provider))
-                    if !self.providers.contains_key(provider) =>
-                {
-                    return Err(ConfigError::key(
-                        file,
-                        key("provider"),
-                        format!(
-                            "provider `{provider}` is not configured: add `[providers.{provider}]` with `type = \"redis\"` and `url = \"redis://127.0.0.1:6379\"`"
-                        ),
-                    ));
-                }
-                (super::QueueStorage::Sql, Some(_)) => {
-                    return Err(ConfigError::key(
-                        file,
-                        key("provider"),
-                        "only applies to external queues: add `storage = \"external\"` or remove it",
-                    ));
-                }
-                _ => {}
-            }
+            self.check_storage(file, name, queue)?;
             if let Some(inbox) = &queue.inbox {
                 if inbox.store == super::InboxStoreKind::Redis && self.inbox.redis.is_none() {
                     return Err(ConfigError::key(
@@ -301,7 +275,7 @@ pub(crate) fn is_valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-fn check_name(file: &Path, key: &str, name: &str) -> Result<(), ConfigError> {
+pub(super) fn check_name(file: &Path, key: &str, name: &str) -> Result<(), ConfigError> {
     if is_valid_name(name) {
         Ok(())
     } else {

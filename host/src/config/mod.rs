@@ -1,10 +1,11 @@
 //! The `wharf.toml` schema: every key, its default, and validation with errors that name
 //! the file, the key and the reason. Loading (interpolation, parsing) lives in [`load`].
 
-mod duration;
+pub(crate) mod duration;
 mod external;
 mod interpolate;
 mod load;
+mod providers;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::Deserialize;
 
-pub use external::{ExternalConfig, ProviderConfig, QueueStorage, RedisProviderConfig};
+pub use external::{ExternalConfig, ProviderConfig, QueueStorage};
 pub use load::ConfigError;
 pub(crate) use load::is_valid_name;
 
@@ -300,6 +301,11 @@ pub struct QueueConfig {
     /// With `storage = "external"`: the `[providers.NAME]` holding the pending messages.
     #[serde(default)]
     pub provider: Option<String>,
+    /// External queues: whether an enqueue with a MessageId replaces the pending message
+    /// with that id. Default: what the provider can do; `true` with a provider that cannot
+    /// is a configuration error.
+    #[serde(default)]
+    pub replace_by_id: Option<bool>,
 }
 
 /// `[queues.NAME.retention]`: how long processed messages and history are kept.
@@ -367,6 +373,7 @@ impl QueueConfig {
             inbox: None,
             storage: QueueStorage::Sql,
             provider: None,
+            replace_by_id: None,
         }
     }
 }

@@ -1,5 +1,5 @@
-//! One delivery of a leased message: consumer-inbox check, guest call, outcome, inbox record
-//! (only after the guest succeeded), settlement. The inbox is consulted by the host, never by
+//! One delivery of a received message: consumer-inbox check, guest call, outcome, inbox
+//! record (only after the guest succeeded), settlement. The inbox is consulted by the host, never by
 //! the guest; a store failure at the check or the record is a transient failure of the
 //! attempt, never a duplicate.
 
@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::Shared;
 use super::outcome::{decide, transient};
 use super::recorder::Recorder;
+use super::{Pipeline, Shared, Source, Verdict, Work};
 use crate::inbox::{InboxKey, InboxStore, InboxWrite};
-use crate::queue::{Backoff, Disposition, InboxProbe, LeasedMessage, SettleResult, Settlement};
-use crate::runtime::{LoadedHandler, Message, Outcome};
+use crate::queue::{Backoff, Disposition};
+use crate::runtime::{LoadedHandler, Outcome};
 
 /// A queue's consumer inbox.
 #[derive(Clone)]
@@ -26,8 +26,6 @@ pub struct InboxBinding {
     pub endpoint: String,
     /// How long a record is kept.
     pub retention: Duration,
-    /// The message source, for metrics (`sql` for the SQL queue).
-    pub provider: &'static str,
     /// The store's table when it lives in the queue database
     /// ([`InboxStore::queue_database_table`], asked once).
     pub queue_table: Option<std::sync::Arc<str>>,
@@ -44,65 +42,29 @@ pub(crate) enum Precheck {
     Failed(String),
 }
 
-/// Lease up to `max` messages and check them against the queue's inbox: in the lease
-/// statement itself when the inbox table lives in the queue database and the store can,
-/// otherwise with one `check_many` round trip for the whole batch.
-pub(crate) async fn lease_and_check(
-    shared: &Shared,
-    max: u32,
-) -> Result<(Vec<LeasedMessage>, Vec<Precheck>), crate::queue::QueueError> {
-    let w = &shared.worker;
-    let lease_ms = w.config.lease.as_millis() as i64;
-    let probe = w.inbox.as_ref().and_then(|binding| {
-        let table = binding.queue_table.clone()?;
-        w.store.leases_check_inbox().then(|| InboxProbe {
-            table,
-            endpoint: binding.endpoint.clone(),
-        })
-    });
-    let leased = match &probe {
-        Some(probe) => {
-            w.store
-                .lease_checking_inbox(&w.name, max, lease_ms, probe)
-                .await?
-        }
-        None => w.store.lease(&w.name, max, lease_ms).await?,
-    };
-    let checks = precheck(shared, &leased).await;
-    Ok((leased, checks))
-}
-
-/// The id a delivery is checked against. A message moved in from an external provider stands
-/// in for its broker delivery: it is checked against that MessageId (its source), which its
-/// own success also records. Every other message — an operator resubmission too — is checked
-/// against its own delivery id.
-fn checked_id(m: &LeasedMessage) -> &str {
-    let moved = m.headers.iter().any(|(k, _)| k == MOVED_FROM_HEADER);
-    match (&m.source_delivery_id, moved) {
-        (Some(source), true) => source,
-        _ => &m.delivery_id,
-    }
-}
-
 /// The header a message moved in from an external provider carries (the provider name).
 pub const MOVED_FROM_HEADER: &str = "wharf.provider";
 
-/// Check a leased batch against the queue's inbox: with the flags the lease statement
-/// returned, or in one round trip.
-async fn precheck(shared: &Shared, batch: &[LeasedMessage]) -> Vec<Precheck> {
-    let w = &shared.worker;
-    let Some(binding) = &w.inbox else {
+/// Check a received batch against the queue's inbox: with what the source already knew, and
+/// the rest in one round trip.
+pub(crate) async fn precheck<S: Source>(
+    shared: &Shared<S>,
+    batch: &[Work<S::Handle>],
+) -> Vec<Precheck> {
+    let p = &shared.pipeline;
+    let Some(binding) = &p.inbox else {
         return batch.iter().map(|_| Precheck::Bypass).collect();
     };
     let keys: Vec<Option<(InboxKey, Option<bool>)>> = batch
         .iter()
-        .map(|m| match InboxKey::new(&binding.endpoint, checked_id(m)) {
-            // The lease statement checked the delivery id; a stand-in's source is checked here.
-            Ok(key) if key.message_id == m.delivery_id => Some((key, m.inbox_processed)),
-            Ok(key) => Some((key, None)),
-            Err(reason) => {
-                tracing::warn!(queue = %w.name, endpoint = %binding.endpoint, key = m.lease.key, "inbox bypassed: {reason}; the handler runs without deduplication");
-                None
+        .map(|work| {
+            let ids = work.inbox.as_ref()?;
+            match InboxKey::new(&binding.endpoint, &ids.check) {
+                Ok(key) => Some((key, ids.seen)),
+                Err(reason) => {
+                    tracing::warn!(queue = %p.name, endpoint = %binding.endpoint, message = %work.label, "inbox bypassed: {reason}; the handler runs without deduplication");
+                    None
+                }
             }
         })
         .collect();
@@ -150,102 +112,98 @@ pub(crate) async fn check_keys(
         .collect()
 }
 
-/// Process one leased message and settle it.
-pub(crate) async fn process(
-    shared: Arc<Shared>,
+/// Process one received message and settle it.
+pub(crate) async fn process<S: Source>(
+    shared: Arc<Shared<S>>,
     handler: Arc<LoadedHandler>,
-    leased: LeasedMessage,
+    seq: u64,
+    work: Work<S::Handle>,
     check: Precheck,
     _permit: OwnedSemaphorePermit,
 ) {
-    let w = &shared.worker;
-    let lease = leased.lease;
-    let attempt = leased.attempt;
+    let p = &shared.pipeline;
+    let attempt = work.message.attempt;
+    let max = p.config.max_attempts;
     let backoff = Backoff {
-        base: w.config.backoff,
-        max: w.config.max_backoff,
+        base: p.config.backoff,
+        max: p.config.max_backoff,
     };
-    let failed = |error: String| transient(error, attempt, w.config.max_attempts, backoff);
+    let failed = |error: String| transient(error, attempt, max, backoff);
+    let verdict = |disposition: Disposition, outcome: Option<&'static str>| Verdict {
+        disposition,
+        outcome,
+        inbox: None,
+        attempt,
+    };
+
+    // 0. Decided by the source without running the guest.
+    if let Some(disposition) = work.decided {
+        log(p, &work.label, attempt, &disposition);
+        finish(&shared, seq, work.handle, verdict(disposition, None)).await;
+        return;
+    }
 
     // 1. Inbox check (made for the whole batch before the guests ran).
     let inbox = match check {
         Precheck::Bypass => None,
         Precheck::Failed(error) => {
             let disposition = failed(error);
-            log(&shared, lease.key, attempt, &disposition);
-            settle(&shared, lease, disposition, None, None).await;
+            log(p, &work.label, attempt, &disposition);
+            finish(&shared, seq, work.handle, verdict(disposition, None)).await;
             return;
         }
         Precheck::Checked(key, true) => {
-            let binding = w.inbox.as_ref().expect("checked against the queue's inbox");
+            let binding = p.inbox.as_ref().expect("checked against the queue's inbox");
+            let provider = shared.source.provider();
             tracing::info!(
                 name: "duplicate_detected", target: "wharf::inbox",
-                queue = %w.name, endpoint = %binding.endpoint, provider = binding.provider,
-                key = lease.key, message_id = %key.message_id, id = leased.id.as_deref().unwrap_or(""),
+                queue = %p.name, endpoint = %binding.endpoint, provider,
+                message = %work.label, message_id = %key.message_id,
                 "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
             );
-            crate::metrics::duplicate_detected(&binding.endpoint, &w.name, binding.provider);
-            settle(
+            crate::metrics::duplicate_detected(&binding.endpoint, &p.name, provider);
+            let outcome = Some("skipped: duplicate");
+            finish(
                 &shared,
-                lease,
-                Disposition::Complete,
-                Some("skipped: duplicate"),
-                None,
+                seq,
+                work.handle,
+                verdict(Disposition::Complete, outcome),
             )
             .await;
             return;
         }
-        Precheck::Checked(key, false) => w.inbox.as_ref().map(|b| (b, key)),
+        Precheck::Checked(_, false) => p.inbox.as_ref(),
     };
 
     // 2. The guest.
-    let source = leased.source_delivery_id.clone();
-    let own_id = leased.delivery_id.clone();
-    let message = Message {
-        queue: leased.queue,
-        id: leased.id,
-        delivery_id: leased.delivery_id,
-        payload: leased.payload,
-        priority: leased.priority,
-        attempt,
-        max_attempts: w.config.max_attempts,
-        enqueued_at_ms: leased.enqueued_at_ms.max(0) as u64,
-        headers: leased.headers,
-    };
+    let record_ids = work.inbox.map(|ids| ids.record).unwrap_or_default();
     let result =
-        crate::runtime::invoke(&handler, message, w.config.timeout, w.enqueuer.clone()).await;
-    let mut disposition = decide(&result, attempt, w.config.max_attempts, backoff);
+        crate::runtime::invoke(&handler, work.message, p.config.timeout, p.enqueuer.clone()).await;
+    let mut disposition = decide(&result, attempt, max, backoff);
     let outcome = match &result {
         Ok(Ok(Outcome::PendingHandoff)) => Some("pending-handoff"),
         Ok(Ok(Outcome::Completed)) => Some("completed"),
         _ => None,
     };
 
-    // 3. Record, only after the guest succeeded, and not for a pending handoff. A resubmission
-    // first records the delivery it stands in for. An inbox table in the queue's database is
-    // written by the settlement's own transaction; other stores are written here.
+    // 3. Record, only after the guest succeeded, and not for a pending handoff. A source that
+    // can writes the records with its settlement; otherwise they are written here first.
     let mut write = None;
-    if let (Some((binding, key)), Ok(Ok(Outcome::Completed))) = (&inbox, &result) {
-        let source_key = source
-            .as_deref()
-            .and_then(|s| InboxKey::new(&binding.endpoint, s).ok());
-        // The checked key is the delivery's own, or (a moved message) its source.
-        let own_key = if key.message_id == own_id {
-            Some(key.clone())
-        } else {
-            InboxKey::new(&binding.endpoint, &own_id).ok()
-        };
-        let mut keys: Vec<InboxKey> = source_key.into_iter().chain(own_key).collect();
+    if let (Some(binding), Ok(Ok(Outcome::Completed))) = (inbox, &result) {
+        let mut keys: Vec<InboxKey> = record_ids
+            .iter()
+            .filter_map(|id| InboxKey::new(&binding.endpoint, id).ok())
+            .collect();
         keys.dedup();
         match binding.queue_table.clone() {
-            Some(table) => {
+            Some(table) if shared.source.records_inbox(binding) => {
                 write = Some(InboxWrite {
                     table,
                     keys,
                     retention_ms: binding.retention.as_millis() as i64,
                 })
             }
-            None => {
+            _ => {
                 if let Err(e) = binding.recorder.record(keys).await {
                     disposition = failed(format!(
                         "inbox record failed after the handler succeeded: {e}"
@@ -256,68 +214,40 @@ pub(crate) async fn process(
     }
 
     // 4. Settle.
-    log(&shared, lease.key, attempt, &disposition);
-    let outcome = if disposition == Disposition::Complete {
-        outcome
-    } else {
-        None
+    log(p, &work.label, attempt, &disposition);
+    let complete = disposition == Disposition::Complete;
+    let verdict = Verdict {
+        disposition,
+        outcome: outcome.filter(|_| complete),
+        inbox: write.filter(|_| complete),
+        attempt,
     };
-    let write = if disposition == Disposition::Complete {
-        write
-    } else {
-        None
-    };
-    settle(&shared, lease, disposition, outcome, write).await;
+    finish(&shared, seq, work.handle, verdict).await;
 }
 
-fn log(shared: &Shared, key: i64, attempt: u32, disposition: &Disposition) {
-    let queue = &shared.worker.name;
+async fn finish<S: Source>(shared: &Shared<S>, seq: u64, handle: S::Handle, verdict: Verdict) {
+    shared.source.settle(handle, verdict).await;
+    shared.in_flight.lock().expect("in-flight set").remove(&seq);
+}
+
+fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {
+    let queue = &p.name;
     match disposition {
-        Disposition::Complete => tracing::debug!(%queue, key, attempt, "message processed"),
+        Disposition::Complete => {
+            tracing::debug!(%queue, message = %label, attempt, "message processed")
+        }
         Disposition::Retry {
             error: Some(error),
             at_ms,
         } => {
-            tracing::warn!(%queue, key, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
+            tracing::warn!(%queue, message = %label, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
         }
         Disposition::Retry { error: None, at_ms } => {
-            tracing::debug!(%queue, key, attempt, retry_at_ms = at_ms, "handler asked to run again later")
+            tracing::debug!(%queue, message = %label, attempt, retry_at_ms = at_ms, "handler asked to run again later")
         }
         Disposition::Fail { error } => {
-            tracing::error!(%queue, key, attempt, "message failed: {error}")
+            tracing::error!(%queue, message = %label, attempt, "message failed: {error}")
         }
         Disposition::Release => {}
     }
-}
-
-async fn settle(
-    shared: &Shared,
-    lease: crate::queue::Lease,
-    disposition: Disposition,
-    outcome: Option<&str>,
-    inbox: Option<InboxWrite>,
-) {
-    let w = &shared.worker;
-    let keep_processed = w.config.retention.count != Some(0);
-    let settlement = Settlement {
-        lease,
-        disposition,
-        keep_processed,
-        outcome: outcome.map(str::to_string),
-        inbox,
-    };
-    match w.settler.settle(settlement).await {
-        Ok(SettleResult::Applied) => {}
-        Ok(SettleResult::LeaseLost) => {
-            tracing::warn!(queue = %w.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied")
-        }
-        Err(e) => {
-            tracing::debug!(queue = %w.name, key = lease.key, "not settled (the settlement task logs the outage): {e}")
-        }
-    }
-    shared
-        .in_flight
-        .lock()
-        .expect("in-flight set")
-        .remove(&lease);
 }

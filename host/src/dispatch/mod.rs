@@ -1,87 +1,166 @@
-//! The processing loop of one queue: lease in batches up to the queue's concurrency,
-//! invoke the handler on a fresh instance per message, decide the outcome, settle. A queue
-//! whose handler is not deployed leases nothing (its messages stay pending). On shutdown it
-//! stops leasing, lets in-flight messages finish within the grace period, and releases the
-//! rest so nothing stays stuck in processing.
+//! The one processing pipeline, the same for every source of messages (the SQL queue and
+//! every external provider's consumer), in this order: receive up to the free concurrency
+//! → inbox check for the whole batch → invoke the handler on a fresh instance → decide the
+//! outcome → record the inbox entry (only after the guest succeeded) → settle. A queue whose
+//! handler is not deployed receives nothing. On shutdown it stops receiving, lets in-flight
+//! messages finish within the grace period, and hands the rest back to their source.
+//!
+//! A source ([`Source`]) only knows how to receive, settle and release its own messages.
 
 mod deliver;
 mod outcome;
 mod recorder;
 mod settle;
+mod sql;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, Semaphore};
+use async_trait::async_trait;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use deliver::{InboxBinding, MOVED_FROM_HEADER};
-pub(crate) use deliver::{Precheck, check_keys};
 pub use outcome::{decide, transient};
 pub use recorder::Recorder;
 pub use settle::Settler;
+pub use sql::{DEFERRED_PUBLISH_HEADER, SqlSource};
 
 use crate::config::QueueConfig;
 use crate::enqueue::Enqueuer;
-use crate::queue::{Disposition, Lease, QueueStore, Retention, Settlement};
-use crate::runtime::HandlerRegistry;
+use crate::inbox::InboxWrite;
+use crate::queue::Disposition;
+use crate::runtime::{HandlerRegistry, Message};
 
-/// Everything one queue's loop needs.
-pub struct QueueWorker {
+/// One message received from a source, ready to be processed.
+pub struct Work<H> {
+    /// What settles it with its source.
+    pub handle: H,
+    /// What the guest sees.
+    pub message: Message,
+    /// Already decided without running the guest (a body that cannot be read, no attempts
+    /// left); the message is settled with this at once.
+    pub decided: Option<Disposition>,
+    /// The ids the consumer inbox checks and records, `None` to bypass the inbox.
+    pub inbox: Option<InboxIds>,
+    /// How logs name the message (`key=42`, `message_id=…`).
+    pub label: String,
+}
+
+/// The consumer-inbox ids of one delivery.
+#[derive(Debug, Clone)]
+pub struct InboxIds {
+    /// The MessageId checked before the guest runs.
+    pub check: String,
+    /// Whether the source already checked it while receiving (`None`: not checked yet).
+    pub seen: Option<bool>,
+    /// The MessageIds recorded after the guest succeeded.
+    pub record: Vec<String>,
+}
+
+/// What happens to one message.
+#[derive(Debug, Clone)]
+pub struct Verdict {
+    /// The outcome.
+    pub disposition: Disposition,
+    /// On completion, how (`completed`, `pending-handoff`, `skipped: duplicate`).
+    pub outcome: Option<&'static str>,
+    /// Inbox records the source writes with the settlement itself.
+    pub inbox: Option<InboxWrite>,
+    /// The attempt that ended (kept when the message moves to another store).
+    pub attempt: u32,
+}
+
+/// Where a queue's messages come from and are settled: the SQL queue, or one provider's
+/// consumer.
+#[async_trait]
+pub trait Source: Send + Sync + 'static {
+    /// What settles one message.
+    type Handle: Clone + Send + Sync + 'static;
+
+    /// The source for metrics labels: `sql` or the provider type.
+    fn provider(&self) -> &'static str;
+
+    /// Up to `max` messages (checked against `inbox` while receiving where it can).
+    async fn receive(
+        &self,
+        max: u32,
+        inbox: Option<&InboxBinding>,
+    ) -> Result<Vec<Work<Self::Handle>>, String>;
+
+    /// Wait until there may be work again after a receive found none.
+    async fn wait_for_work(&self, shutdown: &CancellationToken);
+
+    /// Whether [`Verdict::inbox`] records are written by [`Source::settle`] (an inbox table
+    /// in the queue's own database); otherwise the pipeline records them first.
+    fn records_inbox(&self, inbox: &InboxBinding) -> bool {
+        let _ = inbox;
+        false
+    }
+
+    /// Apply a verdict. Logs what went wrong itself.
+    async fn settle(&self, handle: Self::Handle, verdict: Verdict);
+
+    /// Hand messages back untouched (shutdown): available again, where the source allows
+    /// without counting the attempt.
+    async fn release(&self, handles: Vec<Self::Handle>);
+
+    /// Housekeeping between receives (expired leases, retention).
+    async fn housekeeping(&self) {}
+}
+
+/// Everything one queue's pipeline needs besides its source.
+pub struct Pipeline {
     /// Queue name.
     pub name: Arc<str>,
     /// Its configuration.
     pub config: QueueConfig,
-    /// Where its messages live.
-    pub store: Arc<dyn QueueStore>,
     /// Where its handler comes from.
     pub registry: Arc<HandlerRegistry>,
-    /// Batched settlement.
-    pub settler: Settler,
     /// What guest `enqueue` calls go to.
     pub enqueuer: Arc<dyn Enqueuer>,
-    /// Raised when a message is enqueued into this queue in this process.
-    pub wake: Arc<Notify>,
-    /// How often an idle queue looks for due messages.
-    pub poll_interval: Duration,
     /// The consumer inbox of this queue's endpoint, when enabled.
     pub inbox: Option<InboxBinding>,
 }
 
-pub(crate) struct Shared {
-    pub(crate) worker: QueueWorker,
-    pub(crate) in_flight: Mutex<HashSet<Lease>>,
+pub(crate) struct Shared<S: Source> {
+    pub(crate) pipeline: Pipeline,
+    pub(crate) source: S,
+    /// Messages being processed, by a sequence number, for the release at shutdown.
+    pub(crate) in_flight: Mutex<HashMap<u64, S::Handle>>,
 }
 
-impl QueueWorker {
-    /// Run until `shutdown`, then drain within `grace`.
-    pub async fn run(self, shutdown: CancellationToken, grace: Duration) {
+impl Pipeline {
+    /// Run over `source` until `shutdown`, then drain within `grace`.
+    pub async fn run<S: Source>(self, source: S, shutdown: CancellationToken, grace: Duration) {
         let concurrency = self.config.concurrency as usize;
         let batch = (self.config.batch as usize).min(concurrency).max(1);
         let shared = Arc::new(Shared {
-            worker: self,
-            in_flight: Mutex::new(HashSet::new()),
+            pipeline: self,
+            source,
+            in_flight: Mutex::new(HashMap::new()),
         });
-        let w = &shared.worker;
+        let p = &shared.pipeline;
         let slots = Arc::new(Semaphore::new(concurrency));
         let mut tasks = JoinSet::new();
-        let mut changes = w.registry.subscribe();
+        let mut changes = p.registry.subscribe();
         let mut waiting_logged = false;
-        let mut store_failing_since: Option<Instant> = None;
-        let sweep_every = (w.config.lease / 2).min(Duration::from_secs(5));
+        let mut failing_since: Option<Instant> = None;
+        let sweep_every = (p.config.lease / 2).min(Duration::from_secs(5));
         let mut next_sweep = Instant::now();
-        let mut last_lease_short = true;
+        let mut last_short = true;
+        let mut seq: u64 = 0;
 
         loop {
             while tasks.try_join_next().is_some() {}
             if shutdown.is_cancelled() {
                 break;
             }
-            let Some(handler) = w.registry.get(&w.config.handler) else {
+            let Some(handler) = p.registry.get(&p.config.handler) else {
                 if !waiting_logged {
-                    tracing::warn!(queue = %w.name, handler = %w.config.handler, "handler is not deployed: messages wait until it is");
+                    tracing::warn!(queue = %p.name, handler = %p.config.handler, "handler is not deployed: messages wait until it is");
                     waiting_logged = true;
                 }
                 tokio::select! {
@@ -95,19 +174,19 @@ impl QueueWorker {
                 permit = slots.clone().acquire_owned() => permit.expect("semaphore never closed"),
                 _ = shutdown.cancelled() => break,
             };
-            // Gather free slots for a moment so a busy queue leases in batches rather than
+            // Gather free slots for a moment so a busy queue receives in batches rather than
             // one message per round trip as single slots free up.
             let mut permits = vec![first];
             let gather_until = tokio::time::Instant::now() + GATHER;
             while permits.len() < batch {
                 match slots.clone().try_acquire_owned() {
-                    Ok(p) => permits.push(p),
-                    Err(_) if permits.len() >= batch / 4 || last_lease_short => break,
+                    Ok(permit) => permits.push(permit),
+                    Err(_) if permits.len() >= batch / 4 || last_short => break,
                     Err(_) => {
                         match tokio::time::timeout_at(gather_until, slots.clone().acquire_owned())
                             .await
                         {
-                            Ok(p) => permits.push(p.expect("semaphore never closed")),
+                            Ok(permit) => permits.push(permit.expect("semaphore never closed")),
                             Err(_) => break,
                         }
                     }
@@ -116,22 +195,24 @@ impl QueueWorker {
 
             if Instant::now() >= next_sweep {
                 next_sweep = Instant::now() + sweep_every;
-                w.sweep().await;
+                shared.source.housekeeping().await;
             }
 
-            let (leased, checks) = match deliver::lease_and_check(&shared, permits.len() as u32)
-                .await
-            {
-                Ok(leased) => {
-                    if let Some(since) = store_failing_since.take() {
-                        tracing::info!(queue = %w.name, "queue storage is answering again after {:?}", since.elapsed());
+            let received = shared
+                .source
+                .receive(permits.len() as u32, p.inbox.as_ref())
+                .await;
+            let works = match received {
+                Ok(works) => {
+                    if let Some(since) = failing_since.take() {
+                        tracing::info!(queue = %p.name, provider = shared.source.provider(), "receiving works again after {:?}", since.elapsed());
                     }
-                    leased
+                    works
                 }
                 Err(e) => {
-                    if store_failing_since.is_none() {
-                        tracing::error!(queue = %w.name, "leasing failed, retrying every second: {e}");
-                        store_failing_since = Some(Instant::now());
+                    if failing_since.is_none() {
+                        tracing::error!(queue = %p.name, provider = shared.source.provider(), "receiving messages failed, retrying every second: {e}");
+                        failing_since = Some(Instant::now());
                     }
                     drop(permits);
                     tokio::select! {
@@ -140,31 +221,29 @@ impl QueueWorker {
                     }
                 }
             };
-            let got = leased.len();
-            // A lease that came back short means the queue is drained: do not wait to batch.
-            last_lease_short = got < permits.len();
-            for ((message, check), permit) in leased.into_iter().zip(checks).zip(permits.drain(..))
-            {
+            let got = works.len();
+            // A short batch means the source is drained: do not wait to batch next time.
+            last_short = got < permits.len();
+            let checks = deliver::precheck(&shared, &works).await;
+            for ((work, check), permit) in works.into_iter().zip(checks).zip(permits.drain(..)) {
+                seq += 1;
                 shared
                     .in_flight
                     .lock()
                     .expect("in-flight set")
-                    .insert(message.lease);
+                    .insert(seq, work.handle.clone());
                 tasks.spawn(deliver::process(
                     shared.clone(),
                     handler.clone(),
-                    message,
+                    seq,
+                    work,
                     check,
                     permit,
                 ));
             }
             drop(permits);
             if got == 0 {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = w.wake.notified() => {}
-                    _ = tokio::time::sleep(w.poll_interval) => {}
-                }
+                shared.source.wait_for_work(&shutdown).await;
             }
         }
 
@@ -174,64 +253,19 @@ impl QueueWorker {
             tasks.abort_all();
             while tasks.join_next().await.is_some() {}
         }
-        let leftover: Vec<Lease> = shared
+        let leftover: Vec<S::Handle> = shared
             .in_flight
             .lock()
             .expect("in-flight set")
             .drain()
+            .map(|(_, handle)| handle)
             .collect();
         if !leftover.is_empty() {
-            let releases: Vec<Settlement> = leftover
-                .iter()
-                .map(|lease| Settlement::new(*lease, Disposition::Release))
-                .collect();
-            match w.store.settle(&releases).await {
-                Ok(_) => {
-                    tracing::warn!(queue = %w.name, count = releases.len(), "released messages still running after the shutdown grace period")
-                }
-                Err(e) => {
-                    tracing::error!(queue = %w.name, "could not release in-flight messages, their leases will expire: {e}")
-                }
-            }
+            tracing::warn!(queue = %shared.pipeline.name, provider = shared.source.provider(), count = leftover.len(), "handing back messages still running after the shutdown grace period");
+            shared.source.release(leftover).await;
         }
     }
 }
 
-impl QueueWorker {
-    /// Housekeeping between leases: expired leases, then retention.
-    async fn sweep(&self) {
-        let c = &self.config;
-        match self
-            .store
-            .expire_leases(&self.name, c.max_attempts, c.retry_abandoned)
-            .await
-        {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::warn!(queue = %self.name, count = n, "handled messages whose lease expired")
-            }
-            Err(e) => tracing::debug!(queue = %self.name, "expired-lease sweep failed: {e}"),
-        }
-        let retention = Retention {
-            max_age_ms: c.retention.age.map(|d| d.as_millis() as i64),
-            max_count: c.retention.count,
-            history_versions: c.retention.history_versions,
-        };
-        for _ in 0..10 {
-            match self.store.purge(&self.name, &retention, PURGE_BATCH).await {
-                Ok(n) if n == u64::from(PURGE_BATCH) => continue,
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::debug!(queue = %self.name, "retention pass failed: {e}");
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// Longest a busy queue waits for more free slots before leasing.
+/// Longest a busy queue waits for more free slots before receiving.
 const GATHER: Duration = Duration::from_millis(2);
-
-/// Most processed messages deleted per retention statement.
-const PURGE_BATCH: u32 = 1000;

@@ -3,7 +3,7 @@
 //! processors. Failures mark the provider's health check and are retried.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -15,32 +15,21 @@ pub async fn run_bridge(
     queues: Vec<String>,
     activations: Arc<dyn ActivationStore>,
     health: Arc<ProviderHealth>,
-    promote_interval: Duration,
     wake: Arc<dyn Fn(&str) + Send + Sync>,
     shutdown: CancellationToken,
 ) {
     let mut started = false;
-    let mut next_promote = Instant::now();
     while !shutdown.is_cancelled() {
         let step = async {
             if !started {
                 bridge
-                    .start(&queues)
+                    .start()
                     .await
                     .map_err(|e| format!("starting the readiness consumer: {e}"))?;
                 started = true;
             }
-            if Instant::now() >= next_promote {
-                next_promote = Instant::now() + promote_interval;
-                for queue in &queues {
-                    bridge
-                        .promote_due(queue)
-                        .await
-                        .map_err(|e| format!("promoting due messages of `{queue}`: {e}"))?;
-                }
-            }
             let notes = bridge
-                .receive(&queues)
+                .receive()
                 .await
                 .map_err(|e| format!("reading readiness notifications: {e}"))?;
             if !notes.is_empty() {

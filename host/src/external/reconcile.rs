@@ -1,13 +1,13 @@
-//! Reconciliation: a periodic pass over every external queue that returns expired leases
-//! and activates queues holding work without an activation — recovering notifications that
-//! were lost or deleted.
+//! Reconciliation: a periodic pass over every external queue that activates queues holding
+//! work without an activation — recovering notifications that were lost or deleted. Queues
+//! whose provider cannot tell its depth are activated on every pass instead.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{ActivationStore, ExternalPendingStorage};
+use super::{ActivationStore, Provider};
 
 /// One external queue as reconciliation sees it.
 pub struct ReconciledQueue {
@@ -15,8 +15,8 @@ pub struct ReconciledQueue {
     pub queue: String,
     /// Its provider name (for logs).
     pub provider: String,
-    /// Its storage.
-    pub storage: Arc<dyn ExternalPendingStorage>,
+    /// Its provider.
+    pub broker: Arc<dyn Provider>,
 }
 
 /// Run reconciliation every `interval` until `shutdown`.
@@ -45,16 +45,9 @@ async fn reconcile(
     activations: &dyn ActivationStore,
     wake: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<(), String> {
-    let returned = q
-        .storage
-        .return_expired(&q.queue, 1000)
-        .await
-        .map_err(|e| e.to_string())?;
-    if returned > 0 {
-        tracing::warn!(queue = %q.queue, provider = %q.provider, count = returned, "returned messages whose lease expired");
-    }
-    let depth = q.storage.depth(&q.queue).await.map_err(|e| e.to_string())?;
-    if depth.has_work()
+    let depth = q.broker.depth(&q.queue).await.map_err(|e| e.to_string())?;
+    let has_work = depth.is_none_or(|d| d.ready > 0);
+    if has_work
         && !activations
             .is_requested(&q.queue)
             .await
@@ -64,7 +57,9 @@ async fn reconcile(
             .request(std::slice::from_ref(&q.queue))
             .await
             .map_err(|e| e.to_string())?;
-        tracing::info!(queue = %q.queue, provider = %q.provider, ready = depth.ready, due = depth.delayed_due, "reconciliation activated a queue that had work but no activation");
+        if depth.is_some() {
+            tracing::info!(queue = %q.queue, provider = %q.provider, ready = depth.map_or(0, |d| d.ready), "reconciliation activated a queue that had work but no activation");
+        }
         wake(&q.queue);
     }
     Ok(())

@@ -1,5 +1,7 @@
-//! Starting the external machinery of a host: one readiness bridge (and health check) per
-//! provider, the reconciliation pass, and the wake-up signal of each external queue.
+//! Starting the external machinery of a host: for every provider that serves a queue, its
+//! declarations, its readiness bridge (with the `external_queue_readiness_{provider}` health
+//! check) and its own background tasks; the reconciliation pass; and the wake-up signal of
+//! each external queue.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,19 +10,18 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::providers::open_bridge;
 use super::{
-    ActivationStore, ExternalError, ProviderHealth, Providers, ReconciledQueue, run_bridge,
+    ActivationStore, ProviderError, ProviderHealth, Providers, ReconciledQueue, run_bridge,
     run_reconciliation,
 };
 use crate::admin::HealthRegistry;
-use crate::config::{Config, ProviderConfig, QueueStorage};
+use crate::config::{Config, QueueStorage};
 
 /// What the processors of external queues need from the started machinery.
 pub struct ExternalRuntime {
     /// Raised when a queue is activated in this process.
     pub wakes: BTreeMap<String, Arc<Notify>>,
-    /// The bridge and reconciliation tasks.
+    /// The bridge, background and reconciliation tasks.
     pub tasks: Vec<JoinHandle<()>>,
 }
 
@@ -34,16 +35,16 @@ pub fn external_queues(config: &Config) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Start a bridge per provider that serves a queue (registering
+/// Prepare and start every provider that serves a queue (registering
 /// `external_queue_readiness_{provider}` for every provider) and the reconciliation pass.
-/// Fails, naming the provider, when a bridge cannot connect.
+/// Fails, naming the provider, when a declaration is refused or a bridge cannot connect.
 pub async fn start(
     config: &Config,
     providers: &Providers,
     activations: Arc<dyn ActivationStore>,
     health: &HealthRegistry,
     shutdown: &CancellationToken,
-) -> Result<ExternalRuntime, (String, ExternalError)> {
+) -> Result<ExternalRuntime, (String, ProviderError)> {
     let queues = external_queues(config);
     let wakes: BTreeMap<String, Arc<Notify>> = queues
         .iter()
@@ -56,7 +57,7 @@ pub async fn start(
         }
     });
     let mut tasks = Vec::new();
-    for (name, provider_config) in &config.providers {
+    for (name, provider) in providers.iter() {
         let check = format!("external_queue_readiness_{name}");
         let mine: Vec<String> = queues
             .iter()
@@ -67,23 +68,20 @@ pub async fn start(
             health.register(check, Arc::new(ProviderHealth::idle(name)));
             continue;
         }
-        let bridge = open_bridge(provider_config, &config.external)
-            .await
-            .map_err(|e| (name.clone(), e))?;
+        let failed = |e| (name.clone(), e);
+        provider.prepare(&mine).await.map_err(failed)?;
+        let bridge = provider.readiness(&mine).await.map_err(failed)?;
         let state = Arc::new(ProviderHealth::not_started(name));
         health.register(check, state.clone());
-        let promote_interval = match provider_config {
-            ProviderConfig::Redis(redis) => redis.promote_interval,
-        };
         tasks.push(tokio::spawn(run_bridge(
             bridge,
-            mine,
+            mine.clone(),
             activations.clone(),
             state,
-            promote_interval,
             wake.clone(),
             shutdown.clone(),
         )));
+        tasks.extend(provider.background(&mine, shutdown.clone()));
     }
     let reconciled: Vec<ReconciledQueue> = queues
         .iter()
@@ -91,7 +89,7 @@ pub async fn start(
             Some(ReconciledQueue {
                 queue: q.clone(),
                 provider: p.clone(),
-                storage: providers.get(p)?.storage.clone(),
+                broker: providers.get(p)?.clone(),
             })
         })
         .collect();

@@ -26,6 +26,9 @@ pub struct NewMessage {
     /// The delivery id this message stands in for (consumer inbox: recorded on success, e.g.
     /// the MessageId of a message moved in from an external provider).
     pub source_delivery_id: Option<String>,
+    /// Attempts already made elsewhere (a message moved in from an external provider keeps
+    /// its count); 0 for a new message.
+    pub attempts: u32,
 }
 
 /// What an enqueue did.

@@ -130,6 +130,7 @@ impl wharf::handler::host::Host for HostState {
             status: None,
             last_error: None,
             source_delivery_id: None,
+            attempts: 0,
         };
         match self.enqueuer.enqueue(&queue, message).await {
             Ok(done) => {

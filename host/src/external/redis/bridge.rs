@@ -1,24 +1,21 @@
 //! The Redis readiness bridge: a consumer group on each queue's readiness stream. Records
 //! are read with `XREADGROUP`, acknowledged (`XACK`, then `XDEL` to keep the stream short)
 //! only after the activation is durable; records a crashed host left pending are claimed
-//! again with `XAUTOCLAIM` once idle for `claim_after`. It also promotes due delayed
-//! messages (one script: move + readiness record).
+//! again with `XAUTOCLAIM` once idle for `claim_after`.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions, StreamReadReply,
 };
-use redis::{AsyncCommands, Script};
 
-use super::{Keys, connect, scripts};
-use crate::config::RedisProviderConfig;
-use crate::external::{ExternalError, Notification, ReadinessBridge};
-use crate::queue::now_ms;
+use super::{Keys, RedisSettings, connect, error};
+use crate::external::{Handle, Notification, ProviderError, ReadinessBridge};
 
 /// How long one `receive` blocks waiting for records.
 const BLOCK: Duration = Duration::from_millis(1000);
@@ -33,33 +30,38 @@ pub struct RedisReadiness {
     group: String,
     consumer: String,
     claim_after: Duration,
+    queues: Vec<String>,
     last_claim: Mutex<Option<Instant>>,
     /// Records were handed out and not yet acknowledged: the next read starts with this
     /// consumer's own pending records (after a failed activation they are delivered again).
     unacknowledged: AtomicBool,
-    promote: Script,
+}
+
+/// Where one readiness record sits: its stream and entry id.
+#[derive(Debug, Clone)]
+struct Record {
+    stream: String,
+    id: String,
 }
 
 impl RedisReadiness {
-    /// Connect with `config`; pending records idle for `claim_after` are taken over.
-    pub async fn open(
-        config: &RedisProviderConfig,
-        claim_after: Duration,
-    ) -> Result<Self, ExternalError> {
+    /// Connect with `config` for `queues`; pending records idle for `claim_after` are taken
+    /// over.
+    pub async fn open(config: &RedisSettings, queues: &[String]) -> Result<Self, ProviderError> {
         Ok(RedisReadiness {
             conn: connect(&config.url, BLOCK + Duration::from_secs(5)).await?,
             prefix: config.key_prefix.clone(),
             group: config.consumer_group.clone(),
+            queues: queues.to_vec(),
             consumer: format!(
                 "{}-{}-{:08x}",
                 hostname(),
                 std::process::id(),
                 rand::random::<u32>()
             ),
-            claim_after,
+            claim_after: config.claim_after,
             last_claim: Mutex::new(None),
             unacknowledged: AtomicBool::new(false),
-            promote: Script::new(scripts::PROMOTE_DUE),
         })
     }
 
@@ -71,7 +73,7 @@ impl RedisReadiness {
 
     /// Claim records idle for `claim_after` (a crashed consumer's), at most once per
     /// `claim_after`.
-    async fn claim_abandoned(&self, queues: &[String]) -> Result<Vec<Notification>, ExternalError> {
+    async fn claim_abandoned(&self) -> Result<Vec<Notification>, ProviderError> {
         {
             let mut last = self.last_claim.lock().expect("claim clock");
             if last.is_some_and(|t| t.elapsed() < self.claim_after) {
@@ -81,7 +83,7 @@ impl RedisReadiness {
         }
         let mut out = Vec::new();
         let mut conn = self.conn.clone();
-        for queue in queues {
+        for queue in &self.queues {
             let stream = Keys::new(&self.prefix, queue).readiness;
             let reply: StreamAutoClaimReply = conn
                 .xautoclaim_options(
@@ -92,10 +94,14 @@ impl RedisReadiness {
                     "0-0",
                     StreamAutoClaimOptions::default().count(COUNT),
                 )
-                .await?;
+                .await
+                .map_err(error)?;
             out.extend(reply.claimed.into_iter().map(|entry| Notification {
                 queue: queue.clone(),
-                handle: format!("{stream}\n{}", entry.id),
+                handle: Handle::new(Record {
+                    stream: stream.clone(),
+                    id: entry.id,
+                }),
             }));
         }
         Ok(out)
@@ -104,9 +110,9 @@ impl RedisReadiness {
 
 #[async_trait]
 impl ReadinessBridge for RedisReadiness {
-    async fn start(&self, queues: &[String]) -> Result<(), ExternalError> {
+    async fn start(&self) -> Result<(), ProviderError> {
         let mut conn = self.conn.clone();
-        for queue in queues {
+        for queue in &self.queues {
             let stream = Keys::new(&self.prefix, queue).readiness;
             // From the stream's start: records written before the first host started count.
             let created: Result<(), redis::RedisError> =
@@ -114,14 +120,15 @@ impl ReadinessBridge for RedisReadiness {
             match created {
                 Ok(()) => {}
                 Err(e) if e.code() == Some("BUSYGROUP") => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(error(e)),
             }
         }
         Ok(())
     }
 
-    async fn receive(&self, queues: &[String]) -> Result<Vec<Notification>, ExternalError> {
-        let mut out = self.claim_abandoned(queues).await?;
+    async fn receive(&self) -> Result<Vec<Notification>, ProviderError> {
+        let queues = &self.queues;
+        let mut out = self.claim_abandoned().await?;
         if !out.is_empty() {
             self.unacknowledged.store(true, Ordering::Release);
             return Ok(out);
@@ -141,7 +148,8 @@ impl ReadinessBridge for RedisReadiness {
                 .conn
                 .clone()
                 .xread_options(&streams, &ids, &options)
-                .await?;
+                .await
+                .map_err(error)?;
             if reply
                 .as_ref()
                 .is_none_or(|r| r.keys.iter().all(|k| k.ids.is_empty()))
@@ -160,7 +168,8 @@ impl ReadinessBridge for RedisReadiness {
                 .conn
                 .clone()
                 .xread_options(&streams, &ids, &options)
-                .await?;
+                .await
+                .map_err(error)?;
         }
         for key in reply.map(|r| r.keys).unwrap_or_default() {
             let Some(queue) = self.queue_of(&key.key, queues) else {
@@ -168,7 +177,10 @@ impl ReadinessBridge for RedisReadiness {
             };
             out.extend(key.ids.into_iter().map(|entry| Notification {
                 queue: queue.clone(),
-                handle: format!("{}\n{}", key.key, entry.id),
+                handle: Handle::new(Record {
+                    stream: key.key.clone(),
+                    id: entry.id,
+                }),
             }));
         }
         if !out.is_empty() {
@@ -177,36 +189,28 @@ impl ReadinessBridge for RedisReadiness {
         Ok(out)
     }
 
-    async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ExternalError> {
+    async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError> {
         let mut by_stream: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-        for n in notifications {
-            if let Some((stream, id)) = n.handle.split_once('\n') {
-                by_stream.entry(stream).or_default().push(id);
-            }
+        for record in notifications
+            .iter()
+            .filter_map(|n| n.handle.get::<Record>())
+        {
+            by_stream
+                .entry(record.stream.as_str())
+                .or_default()
+                .push(record.id.as_str());
         }
         let mut pipe = redis::pipe();
         for (stream, ids) in &by_stream {
             pipe.xack(*stream, &self.group, ids).ignore();
             pipe.xdel(*stream, ids).ignore();
         }
-        let () = pipe.query_async(&mut self.conn.clone()).await?;
+        let () = pipe
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(error)?;
         self.unacknowledged.store(false, Ordering::Release);
         Ok(())
-    }
-
-    async fn promote_due(&self, queue: &str) -> Result<u64, ExternalError> {
-        let keys = Keys::new(&self.prefix, queue);
-        let n: u64 = self
-            .promote
-            .key(&keys.delayed)
-            .key(&keys.ready)
-            .key(&keys.readiness)
-            .arg(now_ms().div_euclid(1000))
-            .arg(queue)
-            .arg(1000)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(n)
     }
 }
 

@@ -14,22 +14,156 @@
 //!
 //! Leasing pops the highest score first (`ZPOPMAX`), so higher priorities run first, like
 //! the SQL queue; within one priority Redis orders members by their bytes, not by arrival.
+//!
+//! Capabilities: priority, delay (the `:delayed` set, promoted by a background task), id
+//! replacement and idempotency (the `:ids` hash), an exact delivery count, depth, and
+//! releases that do not count the delivery. Expired leases are returned by a background
+//! task.
 
 mod bridge;
+mod consumer;
 mod scripts;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use serde::Deserialize;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub use bridge::RedisReadiness;
+pub use consumer::RedisConsumer;
 pub use scripts::DIRECT_PRODUCER;
 
-use super::{Depth, Envelope, ExternalError, ExternalLeased, ExternalPendingStorage};
-use crate::config::RedisProviderConfig;
+use super::registry::{ProviderKind, SettingsError, parse_settings};
+use super::{
+    Capabilities, Consumer, ConsumerSettings, CountKind, Depth, Envelope, ErrorKind, Provider,
+    ProviderError, PublishOptions, ReadinessBridge,
+};
+use crate::config::duration;
 use crate::queue::{EnqueueStatus, now_ms};
+
+const KIND: &str = "redis";
+
+/// `[providers.NAME]` with `type = "redis"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    /// Connection URL, e.g. `redis://127.0.0.1:6379`.
+    pub url: String,
+    /// Prefix of every key (the queue name follows inside a `{hash tag}`).
+    #[serde(default = "RedisSettings::default_prefix")]
+    pub key_prefix: String,
+    /// Consumer group of the readiness bridge on each queue's readiness stream.
+    #[serde(default = "RedisSettings::default_group")]
+    pub consumer_group: String,
+    /// How often due delayed messages are promoted and expired leases returned.
+    #[serde(
+        default = "RedisSettings::default_promote_interval",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub promote_interval: Duration,
+    /// How long a readiness record may stay unacknowledged by a crashed host before another
+    /// host claims it.
+    #[serde(
+        default = "RedisSettings::default_claim_after",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub claim_after: Duration,
+}
+
+impl RedisSettings {
+    /// Settings for `url` with every default.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisSettings {
+            url: url.into(),
+            key_prefix: Self::default_prefix(),
+            consumer_group: Self::default_group(),
+            promote_interval: Self::default_promote_interval(),
+            claim_after: Self::default_claim_after(),
+        }
+    }
+    fn default_prefix() -> String {
+        "nexus:queue:".to_string()
+    }
+    fn default_group() -> String {
+        "wharf-readiness".to_string()
+    }
+    fn default_promote_interval() -> Duration {
+        Duration::from_millis(500)
+    }
+    fn default_claim_after() -> Duration {
+        Duration::from_secs(30)
+    }
+}
+
+/// What a Redis provider can do.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    priority: true,
+    delay: true,
+    id_replacement: true,
+    idempotency: true,
+    delivery_count: CountKind::Exact,
+    depth: true,
+    uncounted_release: true,
+    enqueued_time: false,
+    headers: false,
+};
+
+/// The `redis` provider type.
+pub struct RedisKind;
+
+#[async_trait]
+impl ProviderKind for RedisKind {
+    fn name(&self) -> &'static str {
+        KIND
+    }
+
+    fn check(&self, settings: &toml::Table) -> Result<Capabilities, SettingsError> {
+        let settings: RedisSettings = parse_settings(settings)?;
+        redis::Client::open(settings.url.as_str())
+            .map_err(|e| SettingsError::new("url", format!("not a Redis URL: {e}")))?;
+        if settings.promote_interval.is_zero() {
+            return Err(SettingsError::new(
+                "promote_interval",
+                "must be longer than 0s",
+            ));
+        }
+        Ok(CAPABILITIES)
+    }
+
+    async fn open(
+        &self,
+        _name: &str,
+        settings: &toml::Table,
+    ) -> Result<Arc<dyn Provider>, ProviderError> {
+        let settings: RedisSettings = parse_settings(settings)
+            .map_err(|e| ProviderError::new(KIND, ErrorKind::Protocol, e.reason))?;
+        Ok(Arc::new(RedisProvider::open(settings).await?))
+    }
+}
+
+/// Sort a Redis error into the provider error kinds.
+pub(crate) fn error(e: redis::RedisError) -> ProviderError {
+    let kind = if e.is_timeout() {
+        ErrorKind::Timeout
+    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        ErrorKind::Unavailable
+    } else if e.kind() == redis::ErrorKind::AuthenticationFailed {
+        ErrorKind::Denied
+    } else {
+        ErrorKind::Protocol
+    };
+    ProviderError::with_source(KIND, kind, e)
+}
+
+/// A reply that does not have the expected shape.
+pub(crate) fn protocol(message: impl Into<String>) -> ProviderError {
+    ProviderError::new(KIND, ErrorKind::Protocol, message)
+}
 
 /// The key names of one queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,51 +221,74 @@ impl Keys {
 pub(crate) async fn connect(
     url: &str,
     response_timeout: Duration,
-) -> Result<ConnectionManager, ExternalError> {
-    let client = redis::Client::open(url)?;
+) -> Result<ConnectionManager, ProviderError> {
+    let client = redis::Client::open(url).map_err(error)?;
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
         .set_response_timeout(Some(response_timeout))
         .set_number_of_retries(2);
-    Ok(ConnectionManager::new_with_config(client, config).await?)
+    ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(error)
 }
 
 /// Pending messages in Redis.
-pub struct RedisStorage {
+pub struct RedisProvider {
     conn: ConnectionManager,
-    prefix: String,
+    settings: RedisSettings,
     enqueue: Script,
-    lease: Script,
-    settle: Script,
-    return_expired: Script,
-    release: Script,
 }
 
-impl RedisStorage {
-    /// Connect with `config`.
-    pub async fn open(config: &RedisProviderConfig) -> Result<Self, ExternalError> {
-        Ok(RedisStorage {
-            conn: connect(&config.url, Duration::from_secs(5)).await?,
-            prefix: config.key_prefix.clone(),
+impl RedisProvider {
+    /// Connect with `settings`.
+    pub async fn open(settings: RedisSettings) -> Result<Self, ProviderError> {
+        Ok(RedisProvider {
+            conn: connect(&settings.url, Duration::from_secs(5)).await?,
+            settings,
             enqueue: Script::new(scripts::ENQUEUE),
-            lease: Script::new(scripts::LEASE),
-            settle: Script::new(scripts::SETTLE),
-            return_expired: Script::new(scripts::RETURN_EXPIRED),
-            release: Script::new(scripts::RELEASE),
         })
     }
 
     /// The keys of `queue`.
     pub fn keys(&self, queue: &str) -> Keys {
-        Keys::new(&self.prefix, queue)
+        Keys::new(&self.settings.key_prefix, queue)
     }
 
-    async fn enqueue_many(
+    /// Its housekeeping (run by [`Provider::background`]).
+    pub fn maintenance(&self) -> Maintenance {
+        Maintenance {
+            conn: self.conn.clone(),
+            prefix: self.settings.key_prefix.clone(),
+            promote: Script::new(scripts::PROMOTE_DUE),
+            return_expired: Script::new(scripts::RETURN_EXPIRED),
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for RedisProvider {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    async fn prepare(&self, _queues: &[String]) -> Result<(), ProviderError> {
+        // Keys come into being with their first write; the bridge creates its groups.
+        Ok(())
+    }
+
+    async fn publish(
         &self,
         queue: &str,
-        items: &[(&Envelope, Option<i64>)],
-        idempotent: bool,
-    ) -> Result<Vec<EnqueueStatus>, ExternalError> {
+        envelopes: &[Envelope],
+        options: PublishOptions,
+    ) -> Result<Vec<EnqueueStatus>, ProviderError> {
+        if envelopes.is_empty() {
+            return Ok(Vec::new());
+        }
         let keys = self.keys(queue);
         let mut call = self.enqueue.prepare_invoke();
         call.key(&keys.ready)
@@ -139,165 +296,64 @@ impl RedisStorage {
             .key(&keys.delayed)
             .key(&keys.ids)
             .arg(queue)
-            .arg(if idempotent { "1" } else { "0" });
-        for (envelope, due_at_ms) in items {
-            let score = match due_at_ms {
+            .arg(if options.idempotent { "1" } else { "0" });
+        for envelope in envelopes {
+            let score = match options.due_at_ms {
                 // Seconds, rounded up: a message never runs before its time.
                 Some(ms) => (ms + 999).div_euclid(1000),
                 None => i64::from(envelope.priority),
             };
+            let id = match (&envelope.message_id, options.replace_by_id) {
+                (Some(id), true) => id.as_str(),
+                _ => "",
+            };
             call.arg(score)
                 .arg(envelope.to_json())
-                .arg(envelope.message_id.as_deref().unwrap_or(""))
-                .arg(if due_at_ms.is_some() { "1" } else { "0" });
+                .arg(id)
+                .arg(if options.due_at_ms.is_some() {
+                    "1"
+                } else {
+                    "0"
+                });
         }
-        let statuses: Vec<String> = call.invoke_async(&mut self.conn.clone()).await?;
+        let statuses: Vec<String> = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(error)?;
         statuses
             .iter()
             .map(|s| match s.as_str() {
                 "added" => Ok(EnqueueStatus::Added),
                 "updated" => Ok(EnqueueStatus::Updated),
                 "discarded" => Ok(EnqueueStatus::Discarded),
-                other => Err(ExternalError::Protocol(format!(
-                    "the enqueue script answered `{other}`"
-                ))),
+                other => Err(protocol(format!("the enqueue script answered `{other}`"))),
             })
             .collect()
     }
-}
 
-#[async_trait]
-impl ExternalPendingStorage for RedisStorage {
-    async fn enqueue(
+    async fn consumer(
         &self,
         queue: &str,
-        envelope: &Envelope,
-        idempotent: bool,
-    ) -> Result<EnqueueStatus, ExternalError> {
-        let mut out = self
-            .enqueue_many(queue, &[(envelope, None)], idempotent)
-            .await?;
-        out.pop()
-            .ok_or_else(|| ExternalError::Protocol("the enqueue script answered nothing".into()))
+        settings: ConsumerSettings,
+    ) -> Result<Arc<dyn Consumer>, ProviderError> {
+        Ok(Arc::new(RedisConsumer::new(
+            self.conn.clone(),
+            self.keys(queue),
+            queue,
+            settings.lease,
+        )))
     }
 
-    async fn enqueue_batch(
+    async fn readiness(
         &self,
-        queue: &str,
-        envelopes: &[Envelope],
-        idempotent: bool,
-    ) -> Result<Vec<EnqueueStatus>, ExternalError> {
-        if envelopes.is_empty() {
-            return Ok(Vec::new());
-        }
-        let items: Vec<(&Envelope, Option<i64>)> = envelopes.iter().map(|e| (e, None)).collect();
-        self.enqueue_many(queue, &items, idempotent).await
+        queues: &[String],
+    ) -> Result<Arc<dyn ReadinessBridge>, ProviderError> {
+        Ok(Arc::new(
+            RedisReadiness::open(&self.settings, queues).await?,
+        ))
     }
 
-    async fn enqueue_delayed(
-        &self,
-        queue: &str,
-        envelope: &Envelope,
-        due_at_ms: i64,
-        idempotent: bool,
-    ) -> Result<EnqueueStatus, ExternalError> {
-        let mut out = self
-            .enqueue_many(queue, &[(envelope, Some(due_at_ms))], idempotent)
-            .await?;
-        out.pop()
-            .ok_or_else(|| ExternalError::Protocol("the enqueue script answered nothing".into()))
-    }
-
-    async fn lease(
-        &self,
-        queue: &str,
-        max: u32,
-        lease_ms: i64,
-    ) -> Result<Vec<ExternalLeased>, ExternalError> {
-        let keys = self.keys(queue);
-        let flat: Vec<redis::Value> = self
-            .lease
-            .key(&keys.ready)
-            .key(&keys.leases)
-            .key(&keys.leased)
-            .key(&keys.attempts)
-            .key(&keys.lease_seq)
-            .arg(max)
-            .arg(now_ms() + lease_ms)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        let mut out = Vec::with_capacity(flat.len() / 3);
-        for triple in flat.chunks(3) {
-            let [token, body, attempt] = triple else {
-                return Err(ExternalError::Protocol(
-                    "the lease script answered an incomplete entry".into(),
-                ));
-            };
-            out.push(ExternalLeased {
-                token: redis::from_redis_value_ref(token)?,
-                body: redis::from_redis_value_ref(body)?,
-                attempt: redis::from_redis_value_ref(attempt)?,
-            });
-        }
-        Ok(out)
-    }
-
-    async fn settle(
-        &self,
-        queue: &str,
-        settled: &[(String, Option<String>)],
-    ) -> Result<Vec<bool>, ExternalError> {
-        if settled.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys = self.keys(queue);
-        let mut call = self.settle.prepare_invoke();
-        call.key(&keys.leases)
-            .key(&keys.leased)
-            .key(&keys.attempts)
-            .key(&keys.ids);
-        for (token, id) in settled {
-            call.arg(token).arg(id.as_deref().unwrap_or(""));
-        }
-        let held: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await?;
-        Ok(held.into_iter().map(|h| h == 1).collect())
-    }
-
-    async fn release(&self, queue: &str, tokens: &[String]) -> Result<u64, ExternalError> {
-        if tokens.is_empty() {
-            return Ok(0);
-        }
-        let keys = self.keys(queue);
-        let mut call = self.release.prepare_invoke();
-        call.key(&keys.ready)
-            .key(&keys.leases)
-            .key(&keys.leased)
-            .key(&keys.attempts)
-            .key(&keys.readiness)
-            .arg(queue);
-        for token in tokens {
-            call.arg(token);
-        }
-        Ok(call.invoke_async(&mut self.conn.clone()).await?)
-    }
-
-    async fn return_expired(&self, queue: &str, max: u32) -> Result<u64, ExternalError> {
-        let keys = self.keys(queue);
-        let n: u64 = self
-            .return_expired
-            .key(&keys.ready)
-            .key(&keys.leases)
-            .key(&keys.leased)
-            .key(&keys.readiness)
-            .arg(now_ms())
-            .arg(max)
-            .arg(queue)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
-        Ok(n)
-    }
-
-    async fn depth(&self, queue: &str) -> Result<Depth, ExternalError> {
+    async fn depth(&self, queue: &str) -> Result<Option<Depth>, ProviderError> {
         let keys = self.keys(queue);
         let now = now_ms();
         let (ready, delayed, delayed_due, leased, expired): (u64, u64, u64, u64, u64) =
@@ -308,20 +364,105 @@ impl ExternalPendingStorage for RedisStorage {
                 .zcard(&keys.leases)
                 .zcount(&keys.leases, "-inf", now)
                 .query_async(&mut self.conn.clone())
-                .await?;
-        Ok(Depth {
-            ready,
-            delayed,
-            delayed_due,
-            leased,
-            expired,
-        })
+                .await
+                .map_err(error)?;
+        // Due delayed messages and expired leases are work the background task makes ready.
+        Ok(Some(Depth {
+            ready: ready + delayed_due + expired,
+            delayed: delayed - delayed_due,
+            in_flight: leased - expired,
+        }))
     }
 
-    async fn ping(&self) -> Result<(), ExternalError> {
+    fn background(&self, queues: &[String], shutdown: CancellationToken) -> Vec<JoinHandle<()>> {
+        vec![tokio::spawn(self.maintenance().run(
+            queues.to_vec(),
+            self.settings.promote_interval,
+            shutdown,
+        ))]
+    }
+
+    async fn ping(&self) -> Result<(), ProviderError> {
         let _: String = redis::cmd("PING")
             .query_async(&mut self.conn.clone())
-            .await?;
+            .await
+            .map_err(error)?;
         Ok(())
+    }
+}
+
+/// The Redis provider's own housekeeping: promoting due delayed messages (with their
+/// readiness record) and returning expired leases to the ready set (a host died holding
+/// them).
+#[derive(Clone)]
+pub struct Maintenance {
+    conn: ConnectionManager,
+    prefix: String,
+    promote: Script,
+    return_expired: Script,
+}
+
+impl Maintenance {
+    /// Promote due delayed messages of `queue`; returns how many became ready.
+    pub async fn promote_due(&self, queue: &str) -> Result<u64, ProviderError> {
+        let keys = Keys::new(&self.prefix, queue);
+        self.promote
+            .key(&keys.delayed)
+            .key(&keys.ready)
+            .key(&keys.readiness)
+            .arg(now_ms().div_euclid(1000))
+            .arg(queue)
+            .arg(1000)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(error)
+    }
+
+    /// Return expired leases of `queue` to the ready set; returns how many.
+    pub async fn return_expired(&self, queue: &str) -> Result<u64, ProviderError> {
+        let keys = Keys::new(&self.prefix, queue);
+        self.return_expired
+            .key(&keys.ready)
+            .key(&keys.leases)
+            .key(&keys.leased)
+            .key(&keys.readiness)
+            .arg(now_ms())
+            .arg(1000)
+            .arg(queue)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(error)
+    }
+
+    /// Both, for every queue, every `interval` until `shutdown`.
+    async fn run(self, queues: Vec<String>, interval: Duration, shutdown: CancellationToken) {
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+            for queue in &queues {
+                let done = match self.promote_due(queue).await {
+                    Ok(_) => self.return_expired(queue).await,
+                    Err(e) => Err(e),
+                };
+                match done {
+                    Ok(n) => {
+                        if n > 0 {
+                            tracing::warn!(%queue, provider = KIND, count = n, "returned messages whose lease expired");
+                        }
+                        if std::mem::take(&mut failing) {
+                            tracing::info!(%queue, provider = KIND, "delayed-message promotion works again");
+                        }
+                    }
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(%queue, provider = KIND, "promoting delayed messages failed, retrying: {e}");
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
     }
 }

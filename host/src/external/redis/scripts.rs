@@ -140,12 +140,13 @@ end
 return #due
 "#;
 
-/// Release leases on shutdown: back to the ready set with their priority, the delivery not
-/// counted. KEYS: ready, lease deadlines, leased, attempts, readiness. ARGV: queue name,
-/// then tokens. One readiness record when anything returned. Returns how many.
+/// Hand leases back: to the ready set with their priority. KEYS: ready, lease deadlines,
+/// leased, attempts, readiness. ARGV: queue name, counted ('1': the delivery counts as an
+/// attempt, '0': it does not), then tokens. One readiness record when anything returned.
+/// Returns how many.
 pub const RELEASE: &str = r#"
 local n = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local value = redis.call('HGET', KEYS[3], ARGV[i])
   if value then
     redis.call('ZREM', KEYS[2], ARGV[i])
@@ -153,7 +154,7 @@ for i = 2, #ARGV do
     local sep = string.find(value, '|', 1, true)
     local envelope = string.sub(value, sep + 1)
     redis.call('ZADD', KEYS[1], string.sub(value, 1, sep - 1), envelope)
-    if redis.call('HINCRBY', KEYS[4], envelope, -1) <= 0 then
+    if ARGV[2] ~= '1' and redis.call('HINCRBY', KEYS[4], envelope, -1) <= 0 then
       redis.call('HDEL', KEYS[4], envelope)
     end
     n = n + 1

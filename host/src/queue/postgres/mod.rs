@@ -232,6 +232,7 @@ impl PostgresStore {
                 .bind(now)
                 .bind(&message.last_error)
                 .bind(&message.source_delivery_id)
+                .bind(message.attempts as i32)
         };
         if message.id.is_none() {
             // Nothing to collide with: no transaction.
@@ -306,6 +307,7 @@ impl PostgresStore {
                         .bind(key)
                         .bind(&message.last_error)
                         .bind(&message.source_delivery_id)
+                        .bind(message.attempts as i32)
                         .execute(&mut *tx)
                         .await?;
                     EnqueueStatus::Updated

@@ -3,8 +3,8 @@
 pub(super) const INSERT: &str = "
 INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, headers, priority, status,
                       process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms, last_error,
-                      source_delivery_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $11, $12)
+                      source_delivery_id, attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $11, $12, $13)
 ON CONFLICT (queue, message_id) WHERE message_id IS NOT NULL DO NOTHING
 RETURNING key";
 
@@ -25,7 +25,7 @@ FROM messages WHERE key = $4 AND message_id IS NOT NULL AND ($5::bigint IS NULL 
 
 pub(super) const REPLACE: &str = "
 UPDATE messages SET delivery_id = $1, payload = $2, payload_hash = $3, headers = $4, priority = $5,
-    status = $6, process_at_ms = $7, enqueued_at_ms = $8, updated_at_ms = $8, attempts = 0, last_error = $10,
+    status = $6, process_at_ms = $7, enqueued_at_ms = $8, updated_at_ms = $8, attempts = $12, last_error = $10,
     processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
     source_delivery_id = $11, outcome = NULL
 WHERE key = $9";

@@ -154,6 +154,7 @@ impl QueueStore for SqliteStore {
                 .bind(now)
                 .bind(&message.last_error)
                 .bind(&message.source_delivery_id)
+                .bind(message.attempts as i32)
         };
         if message.id.is_none() {
             // Nothing to collide with: no transaction.
@@ -223,6 +224,7 @@ impl QueueStore for SqliteStore {
                     .bind(key)
                     .bind(&message.last_error)
                     .bind(&message.source_delivery_id)
+                    .bind(message.attempts as i32)
                     .execute(&mut *tx)
                     .await?;
                 EnqueueStatus::Updated

@@ -1,0 +1,114 @@
+//! Validation of `[providers.NAME]` sections and of the queues that select them: the
+//! provider module named by `type` checks its own keys, and a queue may only ask for what
+//! its provider can do (capabilities, never provider names).
+
+use std::path::Path;
+
+use super::{Config, ConfigError, QueueConfig, QueueStorage};
+use crate::external::registry;
+
+impl Config {
+    /// Check every `[providers.NAME]` with its provider module.
+    pub(super) fn check_providers(&self, file: &Path) -> Result<(), ConfigError> {
+        for (name, provider) in &self.providers {
+            super::load::check_name(file, &format!("providers.{name}"), name)?;
+            let Some(kind) = registry::find(&provider.kind) else {
+                return Err(ConfigError::key(
+                    file,
+                    format!("providers.{name}.type"),
+                    format!(
+                        "unknown provider type `{}` (known: {})",
+                        provider.kind,
+                        registry::names().join(", ")
+                    ),
+                ));
+            };
+            kind.check(&provider.settings).map_err(|e| {
+                ConfigError::key(file, format!("providers.{name}.{}", e.key), e.reason)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Check where `queue` keeps its pending messages, and that its provider can do what
+    /// the queue asks for.
+    pub(super) fn check_storage(
+        &self,
+        file: &Path,
+        name: &str,
+        queue: &QueueConfig,
+    ) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("queues.{name}.{k}");
+        let known = registry::names().join("`, `");
+        let provider = match (queue.storage, &queue.provider) {
+            (QueueStorage::External, None) => {
+                return Err(ConfigError::key(
+                    file,
+                    key("provider"),
+                    format!(
+                        "is required with storage = \"external\": add `provider = \"NAME\"` and a `[providers.NAME]` section with `type` one of `{known}`"
+                    ),
+                ));
+            }
+            (QueueStorage::Sql, Some(_)) => {
+                return Err(ConfigError::key(
+                    file,
+                    key("provider"),
+                    "only applies to external queues: add `storage = \"external\"` or remove it",
+                ));
+            }
+            (QueueStorage::Sql, None) => {
+                if queue.replace_by_id.is_some() {
+                    return Err(ConfigError::key(
+                        file,
+                        key("replace_by_id"),
+                        "only applies to external queues (the SQL queue always replaces by id)",
+                    ));
+                }
+                return Ok(());
+            }
+            (QueueStorage::External, Some(provider)) => provider,
+        };
+        let Some(section) = self.providers.get(provider) else {
+            return Err(ConfigError::key(
+                file,
+                key("provider"),
+                format!(
+                    "provider `{provider}` is not configured: add `[providers.{provider}]` with `type` one of `{known}` and its settings (see the README)"
+                ),
+            ));
+        };
+        let Some(caps) =
+            registry::find(&section.kind).and_then(|kind| kind.check(&section.settings).ok())
+        else {
+            return Ok(()); // reported by check_providers
+        };
+        let kind = &section.kind;
+        if queue.idempotent && !caps.idempotency {
+            return Err(ConfigError::key(
+                file,
+                key("idempotent"),
+                format!(
+                    "provider `{provider}` (type `{kind}`) cannot discard identical messages: use `storage = \"sql\"` or a provider that can (redis), or remove `idempotent`"
+                ),
+            ));
+        }
+        if queue.replace_by_id == Some(true) && !caps.id_replacement {
+            return Err(ConfigError::key(
+                file,
+                key("replace_by_id"),
+                format!(
+                    "provider `{provider}` (type `{kind}`) cannot replace a pending message by its id: use `storage = \"sql\"` or a provider that can (redis), or remove `replace_by_id`"
+                ),
+            ));
+        }
+        if queue.idempotent && queue.replace_by_id == Some(false) {
+            return Err(ConfigError::key(
+                file,
+                key("replace_by_id"),
+                "`idempotent = true` needs ids to be tracked: remove `replace_by_id = false`",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,409 @@
+//! An external queue as a source of the pipeline. Deliveries come from the provider's
+//! consumer when the queue was activated (or the broker pushed them); the attempt is the
+//! broker's delivery count, or the host's durable count where the broker only flags a
+//! redelivery. Success acknowledges the broker message without touching SQL; every other
+//! outcome (retry later, transient failure, failure, a body that is not an envelope, a
+//! message that came back with no attempts left) first moves the message into the SQL queue
+//! of the same name — with its envelope, provider, MessageId and attempt count — and only
+//! then acknowledges it. A failed move hands the message back to the broker explicitly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::attempts::attempt_key;
+use super::{
+    ActivationStore, AttemptCounter, Consumer, Delivery, DeliveryCount, Envelope, Handle, Nack,
+};
+use crate::config::QueueConfig;
+use crate::dispatch::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Source, Verdict, Work};
+use crate::queue::{Disposition, NewMessage, QueueStore, Status, now_ms};
+use crate::runtime::Message;
+
+/// One received broker message while it is processed.
+pub struct Item {
+    handle: Handle,
+    body: bytes::Bytes,
+    envelope: Option<Envelope>,
+    /// The host's redelivery-count key, when the host counted this delivery.
+    counted: Option<String>,
+}
+
+/// One external queue.
+pub struct ExternalSource {
+    name: Arc<str>,
+    provider: String,
+    kind: &'static str,
+    config: QueueConfig,
+    consumer: Arc<dyn Consumer>,
+    activations: Arc<dyn ActivationStore>,
+    attempts: Arc<dyn AttemptCounter>,
+    sql: Arc<dyn QueueStore>,
+    sql_wake: Arc<Notify>,
+    wake: Arc<Notify>,
+    poll_interval: Duration,
+    acks: mpsc::Sender<(Handle, oneshot::Sender<bool>)>,
+}
+
+/// Everything an external queue's source is made of.
+pub struct ExternalParts {
+    /// Queue name.
+    pub name: Arc<str>,
+    /// The `[providers.NAME]` name.
+    pub provider: String,
+    /// The provider type, for metrics.
+    pub kind: &'static str,
+    /// The queue's configuration.
+    pub config: QueueConfig,
+    /// The queue's processing consumer.
+    pub consumer: Arc<dyn Consumer>,
+    /// Where its activations live.
+    pub activations: Arc<dyn ActivationStore>,
+    /// Where redeliveries are counted when the broker does not count them.
+    pub attempts: Arc<dyn AttemptCounter>,
+    /// The SQL queue that receives failures and other non-pending states.
+    pub sql: Arc<dyn QueueStore>,
+    /// Raised for the SQL queue of the same name when a message moved into it.
+    pub sql_wake: Arc<Notify>,
+    /// Raised when this queue was activated in this process.
+    pub wake: Arc<Notify>,
+    /// How often it looks for activations made by other hosts.
+    pub poll_interval: Duration,
+}
+
+impl ExternalSource {
+    /// Assemble the source (and start its acknowledgement task).
+    pub fn new(parts: ExternalParts) -> Self {
+        let acks = start_acker(parts.consumer.clone(), parts.name.to_string());
+        ExternalSource {
+            name: parts.name,
+            provider: parts.provider,
+            kind: parts.kind,
+            config: parts.config,
+            consumer: parts.consumer,
+            activations: parts.activations,
+            attempts: parts.attempts,
+            sql: parts.sql,
+            sql_wake: parts.sql_wake,
+            wake: parts.wake,
+            poll_interval: parts.poll_interval,
+            acks,
+        }
+    }
+
+    /// The attempt of each delivery: the broker's count, or the host's for redeliveries.
+    async fn attempts_of(
+        &self,
+        deliveries: &[(Delivery, Option<Envelope>)],
+    ) -> Vec<(u32, Option<String>)> {
+        let mut out: Vec<(u32, Option<String>)> = deliveries
+            .iter()
+            .map(|(d, _)| match d.count {
+                DeliveryCount::Exact(n) => (n.max(1), None),
+                _ => (1, None),
+            })
+            .collect();
+        let redelivered: Vec<(usize, String)> = deliveries
+            .iter()
+            .enumerate()
+            .filter(|(_, (d, _))| d.count == DeliveryCount::Redelivered(true))
+            .map(|(i, (d, e))| {
+                let id = e.as_ref().and_then(|e| e.message_id.as_deref());
+                (i, attempt_key(id, &d.body))
+            })
+            .collect();
+        if redelivered.is_empty() {
+            return out;
+        }
+        let keys: Vec<String> = redelivered.iter().map(|(_, k)| k.clone()).collect();
+        match self.attempts.redelivered(&self.name, &keys).await {
+            Ok(counts) => {
+                for ((i, key), n) in redelivered.into_iter().zip(counts) {
+                    out[i] = (n + 1, Some(key));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(queue = %self.name, provider = %self.provider, "counting redeliveries failed; counting them as a second attempt: {e}");
+                for (i, key) in redelivered {
+                    out[i] = (2, Some(key));
+                }
+            }
+        }
+        out
+    }
+
+    /// Acknowledge a delivery (batched with others); false when its lease or lock was lost.
+    async fn ack(&self, item: &Item) -> bool {
+        let (reply, rx) = oneshot::channel();
+        if self.acks.send((item.handle.clone(), reply)).await.is_err() {
+            return false;
+        }
+        let held = rx.await.unwrap_or(false);
+        if held && let Some(key) = &item.counted {
+            let _ = self
+                .attempts
+                .forget(&self.name, std::slice::from_ref(key))
+                .await;
+        }
+        held
+    }
+
+    /// Move the message into the SQL queue (`status`, due at `at_ms`, with `error`), then
+    /// acknowledge it in the broker. If the move fails, the message goes back to the broker
+    /// after a pause (counted: the handler ran).
+    async fn move_and_ack(
+        &self,
+        item: &Item,
+        status: Option<Status>,
+        at_ms: i64,
+        error: Option<String>,
+        attempt: u32,
+    ) {
+        let envelope = item.envelope.as_ref();
+        let body = String::from_utf8_lossy(&item.body).into_owned();
+        let payload = match envelope {
+            Some(e) => e.message_json.clone(),
+            // The raw body, kept as a JSON string so the SQL queue can hold it.
+            None => serde_json::Value::String(body.clone()).to_string(),
+        };
+        let id = envelope.and_then(|e| e.message_id.clone());
+        let message = NewMessage {
+            id: id.clone(),
+            payload,
+            priority: envelope.map_or(0, |e| e.priority),
+            process_at_ms: Some(at_ms),
+            headers: vec![
+                (MOVED_FROM_HEADER.to_string(), self.provider.clone()),
+                ("wharf.envelope".to_string(), body),
+            ],
+            status,
+            last_error: error,
+            source_delivery_id: id,
+            attempts: attempt,
+        };
+        match self.sql.enqueue(&self.name, message, false).await {
+            Ok(_) => {
+                self.sql_wake.notify_one();
+                self.ack(item).await;
+            }
+            Err(e) => {
+                tracing::error!(queue = %self.name, provider = %self.provider, "could not move a message into the SQL queue; handing it back to the broker: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let nack = Nack {
+                    requeue: true,
+                    counted: true,
+                };
+                if let Err(e) = self
+                    .consumer
+                    .nack(std::slice::from_ref(&item.handle), nack)
+                    .await
+                {
+                    tracing::error!(queue = %self.name, provider = %self.provider, "could not hand the message back either; the broker redelivers it when its lease or connection ends: {e}");
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Source for ExternalSource {
+    type Handle = Arc<Item>;
+
+    fn provider(&self) -> &'static str {
+        self.kind
+    }
+
+    async fn receive(
+        &self,
+        max: u32,
+        inbox: Option<&InboxBinding>,
+    ) -> Result<Vec<Work<Arc<Item>>>, String> {
+        let deliveries = match self.consumer.receive(max).await {
+            Ok(d) => d,
+            Err(e) => {
+                // Keep the queue activated so the work is picked up once the broker answers.
+                let _ = self.activations.request(&[self.name.to_string()]).await;
+                return Err(e.to_string());
+            }
+        };
+        let parsed: Vec<(Delivery, Option<Envelope>, Option<String>)> = deliveries
+            .into_iter()
+            .map(|d| {
+                let envelope = std::str::from_utf8(&d.body)
+                    .map_err(|e| format!("the body is not UTF-8: {e}"))
+                    .and_then(|text| Envelope::parse(text).map_err(|e| e.to_string()));
+                match envelope {
+                    Ok(e) => (d, Some(e), None),
+                    Err(error) => (d, None, Some(error)),
+                }
+            })
+            .collect();
+        let pairs: Vec<(Delivery, Option<Envelope>)> = parsed
+            .iter()
+            .map(|(d, e, _)| (d.clone(), e.clone()))
+            .collect();
+        let attempts = self.attempts_of(&pairs).await;
+        let max_attempts = self.config.max_attempts;
+        Ok(parsed
+            .into_iter()
+            .zip(attempts)
+            .map(|((delivery, envelope, invalid), (attempt, counted))| {
+                let id = envelope.as_ref().and_then(|e| e.message_id.clone());
+                let label = match &id {
+                    Some(id) => format!("message_id={id}"),
+                    None => "message_id=(none)".to_string(),
+                };
+                let decided = match &invalid {
+                    Some(error) => {
+                        tracing::error!(queue = %self.name, provider = %self.provider, "moving a message that is not a valid envelope into the SQL queue as failed: {error}");
+                        Some(Disposition::Fail {
+                            error: error.clone(),
+                        })
+                    }
+                    None if attempt > max_attempts => Some(Disposition::Fail {
+                        error: format!(
+                            "delivered again after attempt {} of {max_attempts} was never settled (the host stopped or lost the broker), no attempts left",
+                            attempt - 1
+                        ),
+                    }),
+                    None => None,
+                };
+                if inbox.is_some() && id.is_none() && invalid.is_none() {
+                    tracing::warn!(queue = %self.name, provider = %self.provider, "inbox bypassed: the envelope has no MessageId; the handler runs without deduplication");
+                }
+                let message = Message {
+                    queue: self.name.to_string(),
+                    id: id.clone(),
+                    delivery_id: id.clone().unwrap_or_default(),
+                    payload: envelope
+                        .as_ref()
+                        .map(|e| e.message_json.clone())
+                        .unwrap_or_default(),
+                    priority: envelope.as_ref().map_or(0, |e| e.priority),
+                    attempt,
+                    max_attempts,
+                    enqueued_at_ms: delivery.enqueued_at_ms.unwrap_or(0).max(0) as u64,
+                    headers: delivery.headers,
+                };
+                Work {
+                    handle: Arc::new(Item {
+                        handle: delivery.handle,
+                        body: delivery.body,
+                        envelope,
+                        counted,
+                    }),
+                    message,
+                    decided,
+                    inbox: id.map(|id| InboxIds {
+                        check: id.clone(),
+                        seen: None,
+                        record: vec![id],
+                    }),
+                    label,
+                }
+            })
+            .collect())
+    }
+
+    async fn wait_for_work(&self, shutdown: &CancellationToken) {
+        loop {
+            match self.activations.claim(&self.name).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(queue = %self.name, "claiming the activation failed, retrying: {e}")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.consumer.pushed() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(self.poll_interval) => {}
+            }
+        }
+    }
+
+    async fn settle(&self, item: Arc<Item>, verdict: Verdict) {
+        let attempt = verdict.attempt;
+        match verdict.disposition {
+            Disposition::Complete => {
+                if !self.ack(&item).await {
+                    tracing::warn!(queue = %self.name, provider = %self.provider, "the broker message's lease or lock was lost before it was acknowledged: the broker delivers it again");
+                }
+            }
+            Disposition::Retry { at_ms, error } => {
+                // Sleeping is where the SQL queue keeps a message due later.
+                self.move_and_ack(&item, None, at_ms, error, attempt).await
+            }
+            Disposition::Fail { error } => {
+                self.move_and_ack(&item, Some(Status::Failed), now_ms(), Some(error), attempt)
+                    .await
+            }
+            Disposition::Release => self.release(vec![item]).await,
+        }
+    }
+
+    async fn release(&self, items: Vec<Arc<Item>>) {
+        let handles: Vec<Handle> = items.iter().map(|i| i.handle.clone()).collect();
+        let nack = Nack {
+            requeue: true,
+            counted: false,
+        };
+        match self.consumer.nack(&handles, nack).await {
+            Ok(()) => {
+                tracing::info!(queue = %self.name, provider = %self.provider, count = handles.len(), "handed unfinished messages back to the broker")
+            }
+            Err(e) => {
+                tracing::error!(queue = %self.name, provider = %self.provider, "could not hand messages back; the broker redelivers them when their lease or connection ends: {e}")
+            }
+        }
+    }
+}
+
+/// One task per queue acknowledging broker messages in batches, retrying a failed call a
+/// few times; answers whether each delivery was still held.
+fn start_acker(
+    consumer: Arc<dyn Consumer>,
+    queue: String,
+) -> mpsc::Sender<(Handle, oneshot::Sender<bool>)> {
+    const MAX_BATCH: usize = 512;
+    let (tx, mut rx) = mpsc::channel::<(Handle, oneshot::Sender<bool>)>(4 * MAX_BATCH);
+    tokio::spawn(async move {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        let mut failing = false;
+        while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            let (handles, replies): (Vec<_>, Vec<_>) = batch.drain(..).unzip();
+            let mut outcome = consumer.ack(&handles).await;
+            for delay_ms in [100, 400, 1600] {
+                if outcome.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                outcome = consumer.ack(&handles).await;
+            }
+            match outcome {
+                Ok(held) => {
+                    if std::mem::take(&mut failing) {
+                        tracing::info!(%queue, "acknowledging broker messages works again");
+                    }
+                    for (reply, held) in replies.into_iter().zip(held) {
+                        let _ = reply.send(held);
+                    }
+                }
+                Err(e) => {
+                    if !failing {
+                        failing = true;
+                        tracing::error!(%queue, "cannot acknowledge broker messages; the broker delivers them again: {e}");
+                    }
+                    for reply in replies {
+                        let _ = reply.send(false);
+                    }
+                }
+            }
+        }
+    });
+    tx
+}
