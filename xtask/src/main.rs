@@ -51,6 +51,7 @@ fn main() -> Result<()> {
         Task::Bench { args } => {
             services::ensure_postgres()?;
             services::ensure_redis()?;
+            services::ensure_rabbitmq()?;
             tools::build_guests()?;
             let mut cmd = tools::cargo(&["bench", "--package", "wharf-host"]);
             cmd.args(&args);
@@ -65,6 +66,7 @@ fn test(args: &[String]) -> Result<()> {
     tools::ensure_nextest()?;
     services::ensure_postgres()?;
     services::ensure_redis()?;
+    services::ensure_rabbitmq()?;
     tools::build_guests()?;
     check_format()?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);

@@ -92,3 +92,38 @@ pub fn ensure_redis() -> Result<()> {
     ))?;
     wait_listening("Redis", ADDR).context("starting Redis")
 }
+
+/// RabbitMQ on 127.0.0.1:5672 (user guest/guest, which may log in from loopback). The
+/// Debian package ships no config; a fresh install gets the node name and listener this
+/// project's machines use. After `rabbitmqctl stop_app` the VM still runs and needs
+/// `start_app` rather than a second `rabbitmq-server -detached`.
+pub fn ensure_rabbitmq() -> Result<()> {
+    const ADDR: &str = "127.0.0.1:5672";
+    const PATH: &str = "PATH=\"$PATH:/usr/sbin\"";
+    if !local("AMQP_URL") || listening(ADDR) {
+        return Ok(());
+    }
+    eprintln!("xtask: RabbitMQ is not running on {ADDR}: starting it");
+    if !installed("rabbitmq-server") && !installed("/usr/sbin/rabbitmq-server") {
+        // Written before the install, so that a start by the package's own scripts uses them too.
+        run(sh("mkdir -p /etc/rabbitmq \
+                && { grep -qs '^NODENAME=' /etc/rabbitmq/rabbitmq-env.conf \
+                     || echo 'NODENAME=rabbit@localhost' >> /etc/rabbitmq/rabbitmq-env.conf; } \
+                && { test -e /etc/rabbitmq/rabbitmq.conf \
+                     || echo 'listeners.tcp.local = 127.0.0.1:5672' > /etc/rabbitmq/rabbitmq.conf; }"))?;
+        apt_install("rabbitmq-server")?;
+        if listening(ADDR) {
+            return Ok(());
+        }
+    }
+    let vm_up = sh(&format!("{PATH} rabbitmq-diagnostics -q ping"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if vm_up {
+        // The node runs with its `rabbit` application stopped (`rabbitmqctl stop_app`).
+        run(sh(&format!("{PATH} rabbitmqctl start_app")))?;
+    } else {
+        run(sh(&format!("{PATH} rabbitmq-server -detached")))?;
+    }
+    wait_listening("RabbitMQ", ADDR).context("starting RabbitMQ (its logs: /var/log/rabbitmq)")
+}
