@@ -1,8 +1,9 @@
 //! Enqueue → settled latency through Redis external storage at a steady offered load
 //! (default 15k msg/s, half the throughput target; `WHARF_BENCH_RATE` to change), no-op
-//! guest, 10 seconds. Every 10 ms one probe message with its own MessageId joins the load;
-//! a single poller checks (one pipelined round trip per millisecond) when each probe's id
-//! leaves the queue's id index, which the settlement does. Prints p50 / p99 / max.
+//! guest, 10 seconds. Every 10 ms one probe message with its own MessageId joins the load,
+//! timed from when its enqueue returns; a single poller checks (one pipelined round trip per
+//! millisecond) when each probe's id leaves the queue's id index, which the settlement does.
+//! Prints p50 / p99 / max.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -104,6 +105,7 @@ async fn measure(rate: u64, duration: Duration) {
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     let mut n: u64 = 0;
     let mut probes = 0u64;
+    let mut enqueues = tokio::task::JoinSet::new();
     while started.elapsed() < duration {
         tick.tick().await;
         for _ in 0..per_tick {
@@ -111,30 +113,33 @@ async fn measure(rate: u64, duration: Duration) {
             let router = host.router.clone();
             let id = if n.is_multiple_of((rate / 100).max(1)) {
                 probes += 1;
-                let id = format!("probe-{probes}");
-                outstanding
-                    .lock()
-                    .unwrap()
-                    .insert(id.clone(), Instant::now());
-                Some(id)
+                Some(format!("probe-{probes}"))
             } else {
                 None
             };
-            tokio::spawn(async move {
+            let outstanding = outstanding.clone();
+            enqueues.spawn(async move {
                 router
                     .enqueue(
                         "bench",
                         NewMessage {
-                            id,
+                            id: id.clone(),
                             payload: format!(r#"{{"order_id":"{n}"}}"#),
                             ..NewMessage::default()
                         },
                     )
                     .await
                     .unwrap();
+                // A probe's clock starts once its enqueue returned: before, its id may not
+                // be in the index yet, which the poller would take for settled.
+                if let Some(id) = id {
+                    outstanding.lock().unwrap().insert(id, Instant::now());
+                }
             });
         }
+        while enqueues.try_join_next().is_some() {}
     }
+    enqueues.join_all().await;
     let wait = Instant::now();
     while !outstanding.lock().unwrap().is_empty() && wait.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(10)).await;

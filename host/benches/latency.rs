@@ -53,16 +53,6 @@ async fn measure(rate: u64, duration: Duration) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    if std::env::var("WHARF_BENCH_NO_NOTIFY").is_ok() {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DROP TRIGGER messages_notify_ready ON {schema}.messages"
-        )))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    }
 
     let tick = Duration::from_millis(10);
     let per_tick = (rate / 100).max(1);

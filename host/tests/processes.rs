@@ -1,5 +1,5 @@
 //! Several `wharf run` processes against one PostgreSQL database share the queues safely:
-//! every message is handled exactly once.
+//! each of them handles messages, and every message is handled exactly once.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -71,27 +71,35 @@ fn stop(mut child: Child) {
 fn two_wharf_run_processes_share_a_postgres_queue() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    std::fs::create_dir_all(root.join("handlers")).unwrap();
-    let guest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../sample-handlers/target/wasm32-wasip2/release/flaky.wasm");
-    assert!(
-        guest.exists(),
-        "{} is missing: run `cargo xtask guests`",
-        guest.display()
-    );
-    std::fs::copy(&guest, root.join("handlers/flaky.wasm")).unwrap();
+    // Each process deploys its own build of the handler, whose reports name it: process a
+    // runs `versioned-v1` (reports version 1), process b `versioned-v2` (version 2).
+    for (name, build) in [("a", "versioned_v1"), ("b", "versioned_v2")] {
+        let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+            "../sample-handlers/target/wasm32-wasip2/release/{build}.wasm"
+        ));
+        assert!(
+            guest.exists(),
+            "{} is missing: run `cargo xtask guests`",
+            guest.display()
+        );
+        let handlers = root.join(format!("handlers-{name}"));
+        std::fs::create_dir_all(&handlers).unwrap();
+        std::fs::copy(&guest, handlers.join("versioned.wasm")).unwrap();
+    }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
     let schema = format!("wharf_p_{}_{nanos}", std::process::id());
+    let mut admin_ports = Vec::new();
     for name in ["a", "b"] {
+        let port = free_port();
+        admin_ports.push(port);
         let config = format!(
-            "[host]\nadmin_listen = \"127.0.0.1:{}\"\nmax_instances = 32\n\
+            "[host]\nadmin_listen = \"127.0.0.1:{port}\"\nmax_instances = 32\nhandlers_dir = \"handlers-{name}\"\n\
              [storage]\nurl = \"{}\"\nschema = \"{schema}\"\npoll_interval = \"100ms\"\n\
-             [queues.work]\nhandler = \"flaky\"\nconcurrency = 8\n\
+             [queues.work]\nhandler = \"versioned\"\nconcurrency = 8\n\
              [queues.replies]\nhandler = \"not-deployed\"\n",
-            free_port(),
             database_url()
         );
         std::fs::write(root.join(format!("{name}.toml")), config).unwrap();
@@ -108,6 +116,18 @@ fn two_wharf_run_processes_share_a_postgres_queue() {
     // Create the schema before both processes race to migrate it.
     run(root, "a.toml", &["messages", "list"]);
     let (a, b) = (spawn("a.toml"), spawn("b.toml"));
+    // Both are up (a host serves its admin port once its handlers are loaded) before the
+    // messages arrive, so neither gets them all by starting first.
+    let started = Instant::now();
+    for port in admin_ports {
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "wharf run did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     const N: usize = 600;
     let lines: String = (0..N)
         .map(|n| format!("{{\"reply_to\":\"replies\",\"n\":{n}}}\n"))
@@ -125,15 +145,22 @@ fn two_wharf_run_processes_share_a_postgres_queue() {
     stop(a);
     stop(b);
     let mut seen = vec![0usize; N];
+    let mut by_process = [0usize; 2];
     for reply in list(root, "replies", "pending") {
         let v: serde_json::Value =
             serde_json::from_str(reply["payload"].as_str().unwrap()).unwrap();
-        seen[v["seen"]["n"].as_u64().unwrap() as usize] += 1;
+        seen[v["n"].as_u64().unwrap() as usize] += 1;
+        by_process[v["version"].as_u64().unwrap() as usize - 1] += 1;
     }
     assert!(
         seen.iter().all(|c| *c == 1),
         "each message handled exactly once: {:?}",
         seen.iter().filter(|c| **c != 1).count()
+    );
+    let [by_a, by_b] = by_process;
+    assert!(
+        by_a > 0 && by_b > 0,
+        "both processes handled messages: a {by_a}, b {by_b}"
     );
     let _ = Command::new("psql")
         .arg(database_url())

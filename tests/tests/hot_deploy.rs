@@ -103,9 +103,20 @@ async fn a_broken_file_is_rejected_while_the_old_version_serves() {
     let host = dir.start(CONFIG).await;
     let v1_hash = host.registry.get("versioned").unwrap().hash.clone();
     // Not WebAssembly at all, then a valid component that does not export `handle`.
-    for bad in [&b"\0asm garbage"[..], &b"(component)"[..]] {
+    for (i, bad) in [&b"\0asm garbage"[..], &b"(component)"[..]]
+        .into_iter()
+        .enumerate()
+    {
         dir.deploy_bytes("versioned", bad);
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        // A handler deployed after the broken file: once it serves, the host has dealt with
+        // the broken file (changes are applied in order, and a batch in path order: the
+        // marker's name sorts after `versioned`).
+        let marker = format!("z-marker-{i}");
+        dir.deploy(&marker, "noop");
+        wait_for(T, "the marker handler to be serving", || async {
+            host.registry.get(&marker).map(|_| ())
+        })
+        .await;
         assert_eq!(
             host.registry.get("versioned").unwrap().hash,
             v1_hash,
@@ -153,7 +164,10 @@ async fn broken_files_are_rejected_with_the_reason() {
 async fn removing_a_handler_pauses_its_queue_without_losing_messages() {
     let dir = TestDir::new();
     dir.deploy("versioned", "versioned-v1");
-    let host = dir.start(CONFIG).await;
+    dir.deploy("noop", "noop");
+    let host = dir
+        .start(&format!("{CONFIG}\n[queues.live]\nhandler = \"noop\"\n"))
+        .await;
     let first = host
         .router
         .enqueue("work", msg(json!({"n": 1, "reply_to": "reports"})))
@@ -170,7 +184,14 @@ async fn removing_a_handler_pauses_its_queue_without_losing_messages() {
         .enqueue("work", msg(json!({"n": 2, "reply_to": "reports"})))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A message enqueued after it into a queue whose handler serves gets processed: the host
+    // has been dispatching since `parked` arrived.
+    let marker = host
+        .router
+        .enqueue("live", msg(json!({"n": 0})))
+        .await
+        .unwrap();
+    wait_status(&host, marker.key, Status::Processed, T).await;
     let m = host.store.get(parked.key).await.unwrap().unwrap();
     assert_eq!(
         (m.status, m.attempts),
@@ -178,7 +199,8 @@ async fn removing_a_handler_pauses_its_queue_without_losing_messages() {
         "waits, untouched, never failed"
     );
     dir.deploy("versioned", "versioned-v2");
-    wait_status(&host, parked.key, Status::Processed, T).await;
+    let m = wait_status(&host, parked.key, Status::Processed, T).await;
+    assert_eq!(m.attempts, 1, "never attempted while its handler was gone");
     assert_eq!(reports(&host).await[&2], vec![2]);
     host.shutdown().await;
 }

@@ -73,7 +73,20 @@ async fn another_process_enqueue_wakes_the_host_by_notification() {
     dir.deploy("flaky", "flaky");
     // Polling every minute: only a notification can make processing prompt.
     let host = dir.start_postgres(&schema, "60s", QUEUES).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Enqueue only once the host listens: one that arrived earlier would be picked up by the
+    // wake-up that follows connecting the listener, not by its notification.
+    let observer = sqlx::PgPool::connect(&database_url()).await.unwrap();
+    wait_for(T, "the host to listen for notifications", || async {
+        let listening: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'",
+        )
+        .bind(format!("wharf:{}", schema.name))
+        .fetch_one(&observer)
+        .await
+        .unwrap();
+        (listening > 0).then_some(())
+    })
+    .await;
     let producer = PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 2)
         .await
         .unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{TestDir, count, msg, wait_for};
+use wharf_tests::{TestDir, count, messages, msg, wait_for};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -68,24 +68,44 @@ async fn shutdown_releases_what_does_not_finish_in_the_grace_period() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_in_flight_messages_finish() {
     let dir = TestDir::new();
-    dir.deploy("noop", "noop");
+    dir.deploy("flaky", "flaky");
     let host = dir
-        .start("[queues.work]\nhandler = \"noop\"\nconcurrency = 8\n")
+        .start("[queues.work]\nhandler = \"flaky\"\nconcurrency = 8\n")
         .await;
-    for n in 0..300 {
+    for n in 0..20 {
         host.router
-            .enqueue("work", msg(json!({ "n": n })))
+            .enqueue("work", msg(json!({ "n": n, "sleep_ms": 500 })))
             .await
             .unwrap();
     }
+    // Each message takes half a second: the ones in processing now are still running when
+    // shutdown begins.
+    let in_flight: Vec<i64> = wait_for(T, "messages in processing", || async {
+        let running: Vec<i64> = messages(&host, "work")
+            .await
+            .into_iter()
+            .filter(|m| m.status == Status::Processing)
+            .map(|m| m.key)
+            .collect();
+        (!running.is_empty()).then_some(running)
+    })
+    .await;
     let store = host.store.clone();
     host.shutdown().await;
+    for key in &in_flight {
+        let m = store.get(*key).await.unwrap().unwrap();
+        assert_eq!(
+            (m.status, m.attempts),
+            (Status::Processed, 1),
+            "message {key} was in flight when shutdown began: it finished"
+        );
+    }
     assert_eq!(count_in(&store, Status::Processing).await, 0);
     let processed = count_in(&store, Status::Processed).await;
     let pending = count_in(&store, Status::Pending).await;
     assert_eq!(
         processed + pending,
-        300,
+        20,
         "every message is processed or still pending"
     );
 }
