@@ -211,6 +211,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
                 name: Arc::from(name.as_str()),
                 provider: route.name.clone(),
                 kind: route.provider.kind(),
+                counts: route.provider.capabilities().delivery_count,
                 config: queue_config.clone(),
                 consumer,
                 activations: activations.clone(),

@@ -1,6 +1,8 @@
 //! Test harness for Wharf's integration tests: a temporary host directory with a config
 //! file, handler fixtures deployed from the real guest builds, and polling helpers.
 
+pub mod rabbit_node;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -258,4 +260,57 @@ pub fn redis_url() -> String {
 /// A key prefix of its own for one test.
 pub fn unique_prefix(what: &str) -> String {
     format!("wharf-test:{what}:{:016x}:", rand_u64())
+}
+
+/// The RabbitMQ broker the tests use (`AMQP_URL`, default the local one).
+pub fn amqp_url() -> String {
+    std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_string())
+}
+
+/// A plain lapin connection on the tokio runtime (tests produce and inspect with it).
+pub async fn amqp_connect(url: &str) -> lapin::Connection {
+    let properties = lapin::ConnectionProperties::default()
+        .with_executor(tokio_executor_trait::Tokio::current())
+        .with_reactor(tokio_reactor_trait::Tokio::current());
+    lapin::Connection::connect(url, properties)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to RabbitMQ at {url}: {e}"))
+}
+
+/// (messages, unacknowledged) of a RabbitMQ queue as `rabbitmqctl` reports them (on `node`,
+/// or the local broker); (0, 0) for a queue that does not exist.
+pub async fn rabbitmq_queue_counts(node: Option<&str>, queue: &str) -> (u64, u64) {
+    let mut cmd = tokio::process::Command::new("rabbitmqctl");
+    if let Some(node) = node {
+        cmd.args(["-n", node]);
+    }
+    let out = cmd
+        .args([
+            "-q",
+            "list_queues",
+            "name",
+            "messages",
+            "messages_unacknowledged",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("rabbitmqctl runs");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl list_queues: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split('\t');
+            let name = fields.next()?;
+            let messages = fields.next()?.trim().parse().ok()?;
+            let unacked = fields.next()?.trim().parse().ok()?;
+            (name == queue).then_some((messages, unacked))
+        })
+        .next()
+        .unwrap_or((0, 0))
 }

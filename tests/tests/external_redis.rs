@@ -450,4 +450,3 @@ fn every_key_of_a_queue_hashes_to_one_cluster_slot() {
         assert!(slots.windows(2).all(|w| w[0] == w[1]), "{queue}: {slots:?}");
     }
 }
-

@@ -20,6 +20,9 @@ pub trait AttemptCounter: Send + Sync + 'static {
     async fn redelivered(&self, queue: &str, keys: &[String]) -> Result<Vec<u32>, sqlx::Error>;
     /// Forget `keys` (their messages were settled).
     async fn forget(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error>;
+    /// The next redelivery of each of `keys` is not an attempt (the host handed the message
+    /// back itself, at shutdown).
+    async fn forgive(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error>;
 }
 
 /// The key a message is counted under: its MessageId, or the SHA-256 of its body.
@@ -88,6 +91,41 @@ impl AttemptCounter for SqlAttempts {
             out.push(n.max(0) as u32);
         }
         Ok(out)
+    }
+
+    async fn forgive(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error> {
+        let now = now_ms();
+        for key in keys {
+            match self {
+                SqlAttempts::Sqlite(pool) => {
+                    sqlx::query(
+                        "INSERT INTO external_attempts (queue, message_key, redeliveries, updated_at_ms)
+                         VALUES (?1, ?2, -1, ?3)
+                         ON CONFLICT (queue, message_key) DO UPDATE
+                         SET redeliveries = redeliveries - 1, updated_at_ms = ?3",
+                    )
+                    .bind(queue)
+                    .bind(key)
+                    .bind(now)
+                    .execute(pool)
+                    .await?;
+                }
+                SqlAttempts::Postgres(pool) => {
+                    sqlx::query(
+                        "INSERT INTO external_attempts (queue, message_key, redeliveries, updated_at_ms)
+                         VALUES ($1, $2, -1, $3)
+                         ON CONFLICT (queue, message_key) DO UPDATE
+                         SET redeliveries = external_attempts.redeliveries - 1, updated_at_ms = $3",
+                    )
+                    .bind(queue)
+                    .bind(key)
+                    .bind(now)
+                    .execute(pool)
+                    .await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn forget(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error> {

@@ -13,7 +13,7 @@ mod envelope;
 mod health;
 mod provider;
 mod providers;
-// pub mod rabbitmq;
+pub mod rabbitmq;
 mod reconcile;
 pub mod redis;
 pub mod registry;

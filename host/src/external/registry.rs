@@ -47,10 +47,8 @@ pub trait ProviderKind: Send + Sync + 'static {
 }
 
 /// Every provider type, by `type`.
-pub static KINDS: &[&dyn ProviderKind] = &[
-    &super::redis::RedisKind,
-    // &super::rabbitmq::RabbitMqKind,
-];
+pub static KINDS: &[&dyn ProviderKind] =
+    &[&super::redis::RedisKind, &super::rabbitmq::RabbitMqKind];
 
 /// The provider type called `name`.
 pub fn find(name: &str) -> Option<&'static dyn ProviderKind> {

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempts::attempt_key;
 use super::{
-    ActivationStore, AttemptCounter, Consumer, Delivery, DeliveryCount, Envelope, Handle, Nack,
+    ActivationStore, AttemptCounter, Consumer, CountKind, Delivery, DeliveryCount, Envelope,
+    Handle, Nack,
 };
 use crate::config::QueueConfig;
 use crate::dispatch::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Source, Verdict, Work};
@@ -37,6 +38,7 @@ pub struct ExternalSource {
     name: Arc<str>,
     provider: String,
     kind: &'static str,
+    counts: CountKind,
     config: QueueConfig,
     consumer: Arc<dyn Consumer>,
     activations: Arc<dyn ActivationStore>,
@@ -56,6 +58,8 @@ pub struct ExternalParts {
     pub provider: String,
     /// The provider type, for metrics.
     pub kind: &'static str,
+    /// How the provider counts deliveries.
+    pub counts: CountKind,
     /// The queue's configuration.
     pub config: QueueConfig,
     /// The queue's processing consumer.
@@ -82,6 +86,7 @@ impl ExternalSource {
             name: parts.name,
             provider: parts.provider,
             kind: parts.kind,
+            counts: parts.counts,
             config: parts.config,
             consumer: parts.consumer,
             activations: parts.activations,
@@ -347,6 +352,19 @@ impl Source for ExternalSource {
     }
 
     async fn release(&self, items: Vec<Arc<Item>>) {
+        if self.counts != CountKind::Exact {
+            // The broker flags the next delivery as a redelivery: it is not an attempt.
+            let keys: Vec<String> = items
+                .iter()
+                .map(|i| {
+                    let id = i.envelope.as_ref().and_then(|e| e.message_id.as_deref());
+                    attempt_key(id, &i.body)
+                })
+                .collect();
+            if let Err(e) = self.attempts.forgive(&self.name, &keys).await {
+                tracing::warn!(queue = %self.name, provider = %self.provider, "could not note the hand-back; the next delivery counts as an attempt: {e}");
+            }
+        }
         let handles: Vec<Handle> = items.iter().map(|i| i.handle.clone()).collect();
         let nack = Nack {
             requeue: true,

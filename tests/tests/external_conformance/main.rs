@@ -4,7 +4,7 @@
 //! depend on a capability ask the provider's [`Capabilities`] first.
 
 mod cases;
-// mod rabbitmq;
+mod rabbitmq;
 mod redis;
 
 use std::sync::Arc;
@@ -100,4 +100,4 @@ macro_rules! conformance {
 }
 
 conformance!(on_redis, crate::redis::RedisHarness);
-// conformance!(on_rabbitmq, crate::rabbitmq::RabbitHarness);
+conformance!(on_rabbitmq, crate::rabbitmq::RabbitHarness);

@@ -41,10 +41,14 @@ impl Harness for RedisHarness {
             prefix: unique_prefix("conformance"),
             server: Some(server),
         };
-        wait_for(Duration::from_secs(10), "the private Redis to answer", || async {
-            let client = redis::Client::open(h.url.as_str()).ok()?;
-            client.get_multiplexed_async_connection().await.ok()
-        })
+        wait_for(
+            Duration::from_secs(10),
+            "the private Redis to answer",
+            || async {
+                let client = redis::Client::open(h.url.as_str()).ok()?;
+                client.get_multiplexed_async_connection().await.ok()
+            },
+        )
         .await;
         h
     }
@@ -151,7 +155,14 @@ impl PrivateRedis {
     fn spawn(&mut self) {
         let child = std::process::Command::new("redis-server")
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args(["--save", "", "--appendonly", "yes", "--appendfsync", "always"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(std::process::Stdio::null())
@@ -161,7 +172,10 @@ impl PrivateRedis {
         let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.port).parse().unwrap();
         let started = std::time::Instant::now();
         while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(10), "redis-server did not start");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

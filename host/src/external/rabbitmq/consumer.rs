@@ -1,0 +1,170 @@
+//! The processing consumer of one RabbitMQ queue: deliveries pushed by the broker (up to
+//! the prefetch) are buffered by the session and handed out by `receive`; `ack` and `nack`
+//! go to the channel they came from. After the session broke, its deliveries are back in the
+//! queue, so their handles report the lock as lost.
+
+use async_trait::async_trait;
+use lapin::message::Delivery as AmqpDelivery;
+use lapin::options::{BasicAckOptions, BasicNackOptions};
+use lapin::types::AMQPValue;
+
+use super::session::Subscriber;
+use super::{QueueType, RabbitSettings, error};
+use crate::external::{Consumer, Delivery, DeliveryCount, Handle, Nack, ProviderError};
+
+/// A delivery tag with the session it belongs to.
+#[derive(Debug, Clone, Copy)]
+struct Tag {
+    generation: u64,
+    tag: u64,
+}
+
+/// The consumer of one queue.
+pub struct RabbitConsumer {
+    subscriber: Subscriber,
+    queue_type: QueueType,
+}
+
+impl RabbitConsumer {
+    pub(super) fn new(
+        settings: &RabbitSettings,
+        provider: &str,
+        queue: &str,
+        prefetch: u16,
+    ) -> Self {
+        let names = settings.names(queue);
+        RabbitConsumer {
+            subscriber: Subscriber::new(
+                &settings.url,
+                format!("wharf {provider} {queue}"),
+                vec![names.processing],
+                prefetch,
+            ),
+            queue_type: settings.queue_type,
+        }
+    }
+
+    fn convert(&self, generation: u64, d: AmqpDelivery) -> Delivery {
+        let properties = &d.properties;
+        let mut headers = Vec::new();
+        let mut delivery_count = None;
+        if let Some(table) = properties.headers() {
+            for (key, value) in table.inner() {
+                if key.as_str() == "x-delivery-count" {
+                    delivery_count = as_u64(value);
+                    continue;
+                }
+                if let Some(text) = as_text(value) {
+                    headers.push((key.to_string(), text));
+                }
+            }
+        }
+        if let Some(id) = properties.message_id() {
+            headers.push(("message-id".to_string(), id.to_string()));
+        }
+        let count = match self.queue_type {
+            // Absent on the first delivery; counts every return after it.
+            QueueType::Quorum => DeliveryCount::Exact(delivery_count.unwrap_or(0) as u32 + 1),
+            QueueType::Classic => DeliveryCount::Redelivered(d.redelivered),
+        };
+        Delivery {
+            handle: Handle::new(Tag {
+                generation,
+                tag: d.delivery_tag,
+            }),
+            body: d.data.into(),
+            count,
+            enqueued_at_ms: properties.timestamp().map(|s| s as i64 * 1000),
+            headers,
+        }
+    }
+}
+
+fn as_u64(value: &AMQPValue) -> Option<u64> {
+    match value {
+        AMQPValue::LongLongInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::LongInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::LongUInt(n) => Some(u64::from(*n)),
+        AMQPValue::ShortInt(n) => u64::try_from(*n).ok(),
+        AMQPValue::ShortUInt(n) => Some(u64::from(*n)),
+        AMQPValue::Timestamp(n) => Some(*n),
+        _ => None,
+    }
+}
+
+fn as_text(value: &AMQPValue) -> Option<String> {
+    match value {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.to_string()),
+        AMQPValue::Boolean(b) => Some(b.to_string()),
+        other => as_u64(other).map(|n| n.to_string()),
+    }
+}
+
+#[async_trait]
+impl Consumer for RabbitConsumer {
+    async fn receive(&self, max: u32) -> Result<Vec<Delivery>, ProviderError> {
+        let session = self.subscriber.session().await?;
+        Ok(session
+            .take(max as usize)
+            .into_iter()
+            .map(|(_, d)| self.convert(session.generation, d))
+            .collect())
+    }
+
+    async fn pushed(&self) {
+        loop {
+            match self.subscriber.current().await {
+                Some(session) if session.has_buffered() => return,
+                Some(session) => session.arrived.notified().await,
+                // Not consuming (not opened yet, or broken): receive reopens it.
+                None => return std::future::pending().await,
+            }
+        }
+    }
+
+    async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError> {
+        let Some(session) = self.subscriber.current().await else {
+            return Ok(vec![false; handles.len()]);
+        };
+        let acks = handles.iter().map(|h| {
+            let tag = h.get::<Tag>().copied();
+            let channel = session.channel.clone();
+            let generation = session.generation;
+            async move {
+                match tag {
+                    Some(t) if t.generation == generation => channel
+                        .basic_ack(t.tag, BasicAckOptions::default())
+                        .await
+                        .map(|()| true),
+                    _ => Ok(false),
+                }
+            }
+        });
+        futures_util::future::join_all(acks)
+            .await
+            .into_iter()
+            .map(|r| r.map_err(error))
+            .collect()
+    }
+
+    async fn nack(&self, handles: &[Handle], nack: Nack) -> Result<(), ProviderError> {
+        let Some(session) = self.subscriber.current().await else {
+            return Ok(()); // the broker already took them back
+        };
+        let options = BasicNackOptions {
+            multiple: false,
+            requeue: nack.requeue,
+        };
+        for tag in handles.iter().filter_map(|h| h.get::<Tag>()) {
+            if tag.generation == session.generation {
+                session
+                    .channel
+                    .basic_nack(tag.tag, options)
+                    .await
+                    .map_err(error)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,474 @@
+//! The RabbitMQ provider, with the documented topology: per queue a durable fan-out exchange
+//! `{exchange_prefix}{queue}`, and bound to it the durable processing queue
+//! `{queue_prefix}{queue}` and the readiness queue `{queue_prefix}{queue}{readiness_suffix}`.
+//! Producers publish to the exchange only; the host declares all three at start
+//! (idempotently; a conflicting existing declaration stops start-up with the broker's words).
+//!
+//! Publishing is persistent with publisher confirms; the body is the envelope, with the
+//! `message_id`, `priority` and `timestamp` properties set. Consuming is push (`basic.consume`
+//! with a prefetch) with manual acknowledgement only after the settlement, or the move into
+//! SQL, is durable; releases are `nack` with requeue. A lost connection or channel is
+//! reconnected on the next call; its unacknowledged deliveries return to the queue.
+//!
+//! Capabilities: priority when `max_priority` is set (classic queues), no native delay, id
+//! replacement or idempotency; delivery count: `x-delivery-count` on quorum queues, only the
+//! redelivered flag on classic queues (the host counts, durably); depth by passive declare.
+
+mod bridge;
+mod consumer;
+mod session;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+use serde::Deserialize;
+use tokio::sync::Mutex;
+
+pub use bridge::RabbitReadiness;
+pub use consumer::RabbitConsumer;
+
+use super::registry::{ProviderKind, SettingsError, parse_settings};
+use super::{
+    Capabilities, Consumer, ConsumerSettings, CountKind, Depth, Envelope, ErrorKind, Provider,
+    ProviderError, PublishOptions, ReadinessBridge,
+};
+use crate::queue::{EnqueueStatus, now_ms};
+
+const KIND: &str = "rabbitmq";
+
+/// The queue type of the processing and readiness queues.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueType {
+    /// Classic queues: priorities; only a redelivered flag.
+    #[default]
+    Classic,
+    /// Quorum queues: replicated; `x-delivery-count`; no priorities.
+    Quorum,
+}
+
+/// `[providers.NAME]` with `type = "rabbitmq"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RabbitSettings {
+    /// Connection URL, e.g. `amqp://guest:guest@127.0.0.1:5672/%2f`.
+    pub url: String,
+    /// Prefix of each queue's fan-out exchange.
+    #[serde(default = "RabbitSettings::default_prefix")]
+    pub exchange_prefix: String,
+    /// Prefix of each processing queue (and of its readiness queue).
+    #[serde(default = "RabbitSettings::default_prefix")]
+    pub queue_prefix: String,
+    /// Suffix of each readiness queue.
+    #[serde(default = "RabbitSettings::default_suffix")]
+    pub readiness_suffix: String,
+    /// Deliveries held unacknowledged per queue (default: the queue's concurrency).
+    #[serde(default)]
+    pub prefetch: Option<u16>,
+    /// `classic` (default) or `quorum`.
+    #[serde(default)]
+    pub queue_type: QueueType,
+    /// `x-max-priority` of classic processing queues (1–255); unset: no priorities.
+    #[serde(default)]
+    pub max_priority: Option<u8>,
+}
+
+impl RabbitSettings {
+    /// Settings for `url` with every default.
+    pub fn new(url: impl Into<String>) -> Self {
+        RabbitSettings {
+            url: url.into(),
+            exchange_prefix: Self::default_prefix(),
+            queue_prefix: Self::default_prefix(),
+            readiness_suffix: Self::default_suffix(),
+            prefetch: None,
+            queue_type: QueueType::Classic,
+            max_priority: None,
+        }
+    }
+    fn default_prefix() -> String {
+        "nexus.".to_string()
+    }
+    fn default_suffix() -> String {
+        ".readiness".to_string()
+    }
+
+    /// What a provider with these settings can do.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            priority: self.max_priority.is_some(),
+            delay: false,
+            id_replacement: false,
+            idempotency: false,
+            delivery_count: match self.queue_type {
+                QueueType::Classic => CountKind::RedeliveredFlag,
+                QueueType::Quorum => CountKind::Exact,
+            },
+            depth: true,
+            // Classic: the host forgives the redelivery of a released message; quorum queues
+            // count every return.
+            uncounted_release: self.queue_type == QueueType::Classic,
+            enqueued_time: true,
+            headers: true,
+        }
+    }
+
+    /// The names of `queue`'s exchange, processing queue and readiness queue.
+    pub fn names(&self, queue: &str) -> Names {
+        let processing = format!("{}{queue}", self.queue_prefix);
+        Names {
+            exchange: format!("{}{queue}", self.exchange_prefix),
+            readiness: format!("{processing}{}", self.readiness_suffix),
+            processing,
+        }
+    }
+}
+
+/// The broker names of one queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// The fan-out exchange producers publish to.
+    pub exchange: String,
+    /// The processing queue.
+    pub processing: String,
+    /// The readiness queue.
+    pub readiness: String,
+}
+
+/// The `rabbitmq` provider type.
+pub struct RabbitMqKind;
+
+#[async_trait]
+impl ProviderKind for RabbitMqKind {
+    fn name(&self) -> &'static str {
+        KIND
+    }
+
+    fn check(&self, settings: &toml::Table) -> Result<Capabilities, SettingsError> {
+        let settings: RabbitSettings = parse_settings(settings)?;
+        if settings.url.starts_with("amqps://") {
+            return Err(SettingsError::new(
+                "url",
+                "amqps:// (TLS) is not supported by this build: use amqp:// (e.g. through a local TLS tunnel)",
+            ));
+        }
+        settings
+            .url
+            .parse::<lapin::uri::AMQPUri>()
+            .map_err(|e| SettingsError::new("url", format!("not an AMQP URL: {e}")))?;
+        if settings.prefetch == Some(0) {
+            return Err(SettingsError::new("prefetch", "must be at least 1"));
+        }
+        match (settings.queue_type, settings.max_priority) {
+            (_, Some(0)) => {
+                return Err(SettingsError::new("max_priority", "must be 1–255"));
+            }
+            (QueueType::Quorum, Some(_)) => {
+                return Err(SettingsError::new(
+                    "max_priority",
+                    "quorum queues have no priorities: remove it or use queue_type = \"classic\"",
+                ));
+            }
+            _ => {}
+        }
+        if settings.readiness_suffix.is_empty() {
+            return Err(SettingsError::new(
+                "readiness_suffix",
+                "must not be empty (the readiness queue needs a name of its own)",
+            ));
+        }
+        Ok(settings.capabilities())
+    }
+
+    async fn open(
+        &self,
+        name: &str,
+        settings: &toml::Table,
+    ) -> Result<Arc<dyn Provider>, ProviderError> {
+        let settings: RabbitSettings = parse_settings(settings)
+            .map_err(|e| ProviderError::new(KIND, ErrorKind::Protocol, e.reason))?;
+        Ok(Arc::new(RabbitProvider::open(name, settings).await?))
+    }
+}
+
+/// Sort a lapin error into the provider error kinds.
+pub(crate) fn error(e: lapin::Error) -> ProviderError {
+    let kind = match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => match amqp.get_id() {
+            403 => ErrorKind::Denied,
+            _ => ErrorKind::Protocol,
+        },
+        lapin::ErrorKind::ParsingError(_)
+        | lapin::ErrorKind::SerialisationError(_)
+        | lapin::ErrorKind::InvalidProtocolVersion(_) => ErrorKind::Protocol,
+        _ => ErrorKind::Unavailable,
+    };
+    ProviderError::with_source(KIND, kind, e)
+}
+
+/// Connect to `url`, on the tokio runtime, named `name` in the broker's connection list.
+pub(crate) async fn connect(url: &str, name: &str) -> Result<Connection, ProviderError> {
+    let properties = lapin::ConnectionProperties::default()
+        .with_connection_name(name.into())
+        .with_executor(tokio_executor_trait::Tokio::current())
+        .with_reactor(tokio_reactor_trait::Tokio::current());
+    Connection::connect(url, properties).await.map_err(error)
+}
+
+/// The connection and confirm-mode channel publications and declarations use, reopened
+/// after a failure.
+struct Link {
+    url: String,
+    name: String,
+    open: Mutex<Option<(Connection, Channel)>>,
+}
+
+impl Link {
+    /// The open channel, connecting first when needed.
+    async fn channel(&self) -> Result<Channel, ProviderError> {
+        let mut open = self.open.lock().await;
+        if let Some((conn, channel)) = &*open
+            && conn.status().connected()
+            && channel.status().connected()
+        {
+            return Ok(channel.clone());
+        }
+        *open = None;
+        let conn = connect(&self.url, &self.name).await?;
+        let channel = conn.create_channel().await.map_err(error)?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(error)?;
+        *open = Some((conn, channel.clone()));
+        Ok(channel)
+    }
+
+    /// A channel of its own on the connection (a failed declaration closes its channel).
+    async fn spare_channel(&self) -> Result<Channel, ProviderError> {
+        self.channel().await?;
+        let open = self.open.lock().await;
+        let (conn, _) = open.as_ref().expect("just opened");
+        conn.create_channel().await.map_err(error)
+    }
+}
+
+/// Pending messages in RabbitMQ.
+pub struct RabbitProvider {
+    name: String,
+    settings: RabbitSettings,
+    link: Link,
+}
+
+impl RabbitProvider {
+    /// Connect with `settings`; `name` is the `[providers.NAME]` name.
+    pub async fn open(name: &str, settings: RabbitSettings) -> Result<Self, ProviderError> {
+        let link = Link {
+            url: settings.url.clone(),
+            name: format!("wharf {name} publisher"),
+            open: Mutex::new(None),
+        };
+        link.channel().await?;
+        Ok(RabbitProvider {
+            name: name.to_string(),
+            settings,
+            link,
+        })
+    }
+
+    /// The settings it was opened with.
+    pub fn settings(&self) -> &RabbitSettings {
+        &self.settings
+    }
+
+    fn queue_arguments(&self, processing: bool) -> FieldTable {
+        let mut args = FieldTable::default();
+        match self.settings.queue_type {
+            QueueType::Quorum => {
+                args.insert(
+                    "x-queue-type".into(),
+                    AMQPValue::LongString("quorum".into()),
+                );
+            }
+            QueueType::Classic => {
+                if let (true, Some(max)) = (processing, self.settings.max_priority) {
+                    args.insert("x-max-priority".into(), AMQPValue::ShortShortUInt(max));
+                }
+            }
+        }
+        args
+    }
+
+    fn properties(&self, envelope: &Envelope) -> BasicProperties {
+        let mut properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type(ShortString::from("application/json"))
+            .with_timestamp(now_ms().div_euclid(1000) as u64);
+        if let Some(id) = &envelope.message_id {
+            properties = properties.with_message_id(ShortString::from(id.as_str()));
+        }
+        if let Some(max) = self.settings.max_priority {
+            properties = properties.with_priority(envelope.priority.clamp(0, i32::from(max)) as u8);
+        }
+        properties
+    }
+}
+
+#[async_trait]
+impl Provider for RabbitProvider {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.settings.capabilities()
+    }
+
+    async fn prepare(&self, queues: &[String]) -> Result<(), ProviderError> {
+        for queue in queues {
+            let names = self.settings.names(queue);
+            let channel = self.link.spare_channel().await?;
+            let declared = |what: &str, name: &str| {
+                let what = format!("declaring the {what} `{name}` of queue `{queue}`");
+                move |e: lapin::Error| {
+                    let mut e = error(e);
+                    e.message = format!(
+                        "{what}: {} (an existing declaration with other arguments must be deleted or migrated first)",
+                        e.message
+                    );
+                    e
+                }
+            };
+            let durable = QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            };
+            channel
+                .exchange_declare(
+                    &names.exchange,
+                    ExchangeKind::Fanout,
+                    ExchangeDeclareOptions {
+                        durable: true,
+                        ..ExchangeDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(declared("exchange", &names.exchange))?;
+            for (name, processing) in [(&names.processing, true), (&names.readiness, false)] {
+                channel
+                    .queue_declare(name, durable, self.queue_arguments(processing))
+                    .await
+                    .map_err(declared("queue", name))?;
+                channel
+                    .queue_bind(
+                        name,
+                        &names.exchange,
+                        "",
+                        QueueBindOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await
+                    .map_err(declared("binding of queue", name))?;
+            }
+            let _ = channel.close(200, "declared").await;
+        }
+        Ok(())
+    }
+
+    async fn publish(
+        &self,
+        queue: &str,
+        envelopes: &[Envelope],
+        options: PublishOptions,
+    ) -> Result<Vec<EnqueueStatus>, ProviderError> {
+        let _ = options; // no native delay, idempotency or replacement: the router knows
+        let exchange = self.settings.names(queue).exchange;
+        let channel = self.link.channel().await?;
+        let mut confirms = Vec::with_capacity(envelopes.len());
+        for envelope in envelopes {
+            let confirm = channel
+                .basic_publish(
+                    &exchange,
+                    "",
+                    BasicPublishOptions::default(),
+                    envelope.to_json().as_bytes(),
+                    self.properties(envelope),
+                )
+                .await
+                .map_err(error)?;
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            let confirmation = confirm.await.map_err(error)?;
+            if confirmation.is_nack() {
+                return Err(ProviderError::new(
+                    KIND,
+                    ErrorKind::Unavailable,
+                    format!(
+                        "the broker refused a message for exchange `{exchange}` (negative publisher confirm)"
+                    ),
+                ));
+            }
+        }
+        Ok(vec![EnqueueStatus::Added; envelopes.len()])
+    }
+
+    async fn consumer(
+        &self,
+        queue: &str,
+        settings: ConsumerSettings,
+    ) -> Result<Arc<dyn Consumer>, ProviderError> {
+        let prefetch = self
+            .settings
+            .prefetch
+            .unwrap_or(settings.prefetch.clamp(1, u32::from(u16::MAX)) as u16);
+        Ok(Arc::new(RabbitConsumer::new(
+            &self.settings,
+            &self.name,
+            queue,
+            prefetch,
+        )))
+    }
+
+    async fn readiness(
+        &self,
+        queues: &[String],
+    ) -> Result<Arc<dyn ReadinessBridge>, ProviderError> {
+        Ok(Arc::new(RabbitReadiness::new(
+            &self.settings,
+            &self.name,
+            queues,
+        )))
+    }
+
+    async fn depth(&self, queue: &str) -> Result<Option<Depth>, ProviderError> {
+        let name = self.settings.names(queue).processing;
+        let channel = self.link.spare_channel().await?;
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let declared = channel
+            .queue_declare(&name, passive, FieldTable::default())
+            .await
+            .map_err(error)?;
+        let _ = channel.close(200, "counted").await;
+        Ok(Some(Depth {
+            ready: u64::from(declared.message_count()),
+            delayed: 0,
+            // Unacknowledged deliveries are not reported by a passive declare.
+            in_flight: 0,
+        }))
+    }
+
+    async fn ping(&self) -> Result<(), ProviderError> {
+        self.link.channel().await.map(|_| ())
+    }
+}

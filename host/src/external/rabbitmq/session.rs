@@ -1,0 +1,179 @@
+//! A consuming session: its own connection and channel, `basic.qos` and `basic.consume` on
+//! one or more queues, and a task pumping the pushed deliveries into a buffer. A session that
+//! broke (connection or channel lost) is replaced by a new one, with a new generation:
+//! delivery tags of an old generation cannot be acknowledged any more (the broker already
+//! returned those messages to their queue).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection};
+use tokio::sync::{Mutex, Notify};
+
+use super::{connect, error};
+use crate::external::{ErrorKind, ProviderError};
+
+/// One open session.
+pub(super) struct Session {
+    /// Kept open while the session lives.
+    _conn: Connection,
+    /// Acknowledgements go here.
+    pub channel: Channel,
+    /// Which session this is.
+    pub generation: u64,
+    /// Deliveries pushed and not taken yet, with the index of their queue.
+    buffer: std::sync::Mutex<VecDeque<(usize, Delivery)>>,
+    /// Why the session broke, once it did.
+    broken: std::sync::Mutex<Option<String>>,
+    failed: AtomicBool,
+    /// Raised on every push (and when the session breaks).
+    pub arrived: Notify,
+}
+
+impl Session {
+    /// Take up to `max` buffered deliveries.
+    pub fn take(&self, max: usize) -> Vec<(usize, Delivery)> {
+        let mut buffer = self.buffer.lock().expect("delivery buffer");
+        let n = max.min(buffer.len());
+        buffer.drain(..n).collect()
+    }
+
+    /// Whether deliveries are waiting.
+    pub fn has_buffered(&self) -> bool {
+        !self.buffer.lock().expect("delivery buffer").is_empty()
+    }
+
+    /// Why the session broke, if it did.
+    pub fn broken(&self) -> Option<String> {
+        if self.failed.load(Ordering::Acquire) {
+            self.broken.lock().expect("broken reason").clone()
+        } else {
+            None
+        }
+    }
+
+    fn fail(&self, reason: String) {
+        self.broken
+            .lock()
+            .expect("broken reason")
+            .get_or_insert(reason);
+        self.failed.store(true, Ordering::Release);
+        self.arrived.notify_waiters();
+        self.arrived.notify_one();
+    }
+}
+
+/// Opens sessions on `queues` and replaces broken ones.
+pub(super) struct Subscriber {
+    url: String,
+    name: String,
+    queues: Vec<String>,
+    prefetch: u16,
+    current: Mutex<Option<Arc<Session>>>,
+    generations: AtomicU64,
+}
+
+impl Subscriber {
+    /// Sessions on `queues` (broker names) with `prefetch`, named `name` on the broker.
+    pub fn new(url: &str, name: String, queues: Vec<String>, prefetch: u16) -> Self {
+        Subscriber {
+            url: url.to_string(),
+            name,
+            queues,
+            prefetch,
+            current: Mutex::new(None),
+            generations: AtomicU64::new(0),
+        }
+    }
+
+    /// The session now, if one is open and not broken.
+    pub async fn current(&self) -> Option<Arc<Session>> {
+        let current = self.current.lock().await;
+        current.as_ref().filter(|s| s.broken().is_none()).cloned()
+    }
+
+    /// The open session, or a new one. A broken session is reported once (as an error) and
+    /// replaced on the next call.
+    pub async fn session(&self) -> Result<Arc<Session>, ProviderError> {
+        let mut current = self.current.lock().await;
+        if let Some(session) = &*current {
+            match session.broken() {
+                None => return Ok(session.clone()),
+                Some(reason) => {
+                    *current = None;
+                    return Err(ProviderError::new(
+                        super::KIND,
+                        ErrorKind::Unavailable,
+                        format!("the consuming connection was lost: {reason}"),
+                    ));
+                }
+            }
+        }
+        let session = self.open().await?;
+        *current = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn open(&self) -> Result<Arc<Session>, ProviderError> {
+        let conn = connect(&self.url, &self.name).await?;
+        let channel = conn.create_channel().await.map_err(error)?;
+        channel
+            .basic_qos(self.prefetch, BasicQosOptions::default())
+            .await
+            .map_err(error)?;
+        let generation = self.generations.fetch_add(1, Ordering::AcqRel) + 1;
+        let session = Arc::new(Session {
+            _conn: conn,
+            channel: channel.clone(),
+            generation,
+            buffer: std::sync::Mutex::new(VecDeque::new()),
+            broken: std::sync::Mutex::new(None),
+            failed: AtomicBool::new(false),
+            arrived: Notify::new(),
+        });
+        for (index, queue) in self.queues.iter().enumerate() {
+            let mut consumer = channel
+                .basic_consume(
+                    queue,
+                    &format!("{}-{generation}-{index}", self.name),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .map_err(error)?;
+            let pumped = Arc::downgrade(&session);
+            tokio::spawn(async move {
+                loop {
+                    let next = consumer.next().await;
+                    let Some(session) = pumped.upgrade() else {
+                        return;
+                    };
+                    match next {
+                        Some(Ok(delivery)) => {
+                            session
+                                .buffer
+                                .lock()
+                                .expect("delivery buffer")
+                                .push_back((index, delivery));
+                            session.arrived.notify_one();
+                        }
+                        Some(Err(e)) => {
+                            session.fail(e.to_string());
+                            return;
+                        }
+                        None => {
+                            session.fail("the broker ended the consumer".into());
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        Ok(session)
+    }
+}
