@@ -314,3 +314,36 @@ pub async fn rabbitmq_queue_counts(node: Option<&str>, queue: &str) -> (u64, u64
         .next()
         .unwrap_or((0, 0))
 }
+
+/// The `wharf` binary next to the running test binary (built with the tests by
+/// `cargo xtask test`).
+pub fn wharf_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let path = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .join("wharf");
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo build -p wharf-host --bin wharf` (cargo xtask test builds it)",
+        path.display()
+    );
+    path
+}
+
+/// `wharf run` with `dir/wharf.toml`, its log appended to `dir/wharf.log`.
+pub fn spawn_wharf(dir: &Path) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("wharf.log"))
+        .expect("the log file");
+    std::process::Command::new(wharf_binary())
+        .current_dir(dir)
+        .args(["--config", "wharf.toml", "run"])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("wharf run starts")
+}

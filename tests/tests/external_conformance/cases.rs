@@ -1,7 +1,5 @@
 //! The cases of the conformance suite, each generic over a [`Harness`].
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -10,7 +8,7 @@ use wharf_host::config::Config;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::external::Envelope;
 use wharf_host::queue::{NewMessage, Selector, Status, now_ms};
-use wharf_tests::{PgSchema, TestDir, messages, msg, wait_for};
+use wharf_tests::{PgSchema, TestDir, messages, msg, spawn_wharf, wait_for};
 
 use crate::{Harness, capabilities, open};
 
@@ -259,34 +257,6 @@ pub async fn a_malformed_body_ends_failed_in_sql<H: Harness>() {
     );
     wait_empty(&h, "export_order").await;
     host.shutdown().await;
-}
-
-/// The `wharf` binary next to this test binary (`cargo build` builds it with the tests).
-fn wharf() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join("wharf");
-    assert!(
-        path.exists(),
-        "{} is missing: `cargo build -p wharf-host --bin wharf` (cargo xtask test builds it)",
-        path.display()
-    );
-    path
-}
-
-/// `wharf run` in `dir`, its log appended to `dir/wharf.log`.
-fn spawn_wharf(dir: &Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("wharf.log"))
-        .unwrap();
-    Command::new(wharf())
-        .current_dir(dir)
-        .args(["--config", "wharf.toml", "run"])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
 }
 
 pub async fn a_poison_message_ends_failed_after_max_attempts<H: Harness>() {

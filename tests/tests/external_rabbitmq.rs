@@ -1,0 +1,392 @@
+//! What is particular to the RabbitMQ provider, on the real broker (`AMQP_URL`) or on a
+//! private node: the exact topology and a conflicting declaration, a message published
+//! straight to the processing queue, a broker restart mid-load, `wharf run` killed mid-load,
+//! and two providers (Redis and RabbitMQ) in one host. The behaviour every provider shares
+//! is in the conformance suite (`external_conformance`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lapin::BasicProperties;
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use serde_json::json;
+use wharf_host::RunningHost;
+use wharf_host::enqueue::Enqueuer;
+use wharf_host::external::Envelope;
+use wharf_host::external::rabbitmq::{Names, RabbitSettings};
+use wharf_tests::rabbit_node::RabbitNode;
+use wharf_tests::{
+    TestDir, amqp_connect, amqp_url, messages, msg, rabbitmq_queue_counts, redis_url, spawn_wharf,
+    unique_prefix, wait_for,
+};
+
+const T: Duration = Duration::from_secs(60);
+
+fn prefix() -> String {
+    unique_prefix("rabbit").replace(':', ".")
+}
+
+fn names(prefix: &str, queue: &str) -> Names {
+    RabbitSettings {
+        exchange_prefix: prefix.to_string(),
+        queue_prefix: prefix.to_string(),
+        ..RabbitSettings::new(amqp_url())
+    }
+    .names(queue)
+}
+
+fn config(url: &str, prefix: &str, queue_extra: &str) -> String {
+    format!(
+        r#"
+[external]
+reconcile_interval = "300ms"
+
+[providers.rmq]
+type = "rabbitmq"
+url = "{url}"
+exchange_prefix = "{prefix}"
+queue_prefix = "{prefix}"
+
+[queues.export_order]
+handler = "flaky"
+storage = "external"
+provider = "rmq"
+backoff = "10ms"
+max_backoff = "20ms"
+{queue_extra}
+
+[queues.replies]
+handler = "not-deployed"
+"#
+    )
+}
+
+/// How many times each `n` was echoed to `replies`.
+async fn seen(host: &RunningHost) -> BTreeMap<i64, usize> {
+    let mut out = BTreeMap::new();
+    for m in messages(host, "replies").await {
+        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+        *out.entry(v["seen"]["n"].as_i64().unwrap()).or_default() += 1;
+    }
+    out
+}
+
+async fn readiness(host: &RunningHost, provider: &str) -> bool {
+    let (_, checks) = host.health.report().await;
+    checks[&format!("external_queue_readiness_{provider}")].healthy
+}
+
+async fn publish(url: &str, exchange: &str, routing_key: &str, body: &[u8]) {
+    let conn = amqp_connect(url).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let confirm = channel
+        .basic_publish(
+            exchange,
+            routing_key,
+            BasicPublishOptions::default(),
+            body,
+            BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(confirm.is_ack());
+    let _ = conn.close(200, "published").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_topology_is_declared_exactly_and_a_conflict_stops_start_up() {
+    let prefix = prefix();
+    let n = names(&prefix, "export_order");
+    assert_eq!(n.exchange, format!("{prefix}export_order"));
+    assert_eq!(n.processing, format!("{prefix}export_order"));
+    assert_eq!(n.readiness, format!("{prefix}export_order.readiness"));
+    let dir = TestDir::new();
+    // No handler yet: the host declares the topology but processes nothing.
+    let host = dir.start(&config(&amqp_url(), &prefix, "")).await;
+    let conn = amqp_connect(&amqp_url()).await;
+    let channel = conn.create_channel().await.unwrap();
+    let passive = ExchangeDeclareOptions {
+        passive: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    channel
+        .exchange_declare(
+            &n.exchange,
+            lapin::ExchangeKind::Fanout,
+            passive,
+            FieldTable::default(),
+        )
+        .await
+        .expect("the fan-out exchange exists");
+    // One publication to the exchange reaches both queues.
+    publish(&amqp_url(), &n.exchange, "", b"{}").await;
+    wait_for(T, "a copy in each queue", || async {
+        let p = rabbitmq_queue_counts(None, &n.processing).await.0;
+        let r = rabbitmq_queue_counts(None, &n.readiness).await.0;
+        (p == 1 && r <= 1).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+
+    // An existing queue declared with other arguments: start-up stops and says why.
+    let clash = prefix.clone() + "clash.";
+    let clashing = names(&clash, "export_order");
+    let mut args = FieldTable::default();
+    args.insert("x-max-priority".into(), AMQPValue::ShortShortUInt(3));
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(&clashing.processing, durable, args)
+        .await
+        .unwrap();
+    let path = dir.write_config(&config(&amqp_url(), &clash, ""));
+    let error = match wharf_host::start(wharf_host::Config::load(&path).unwrap()).await {
+        Ok(_) => panic!("a conflicting declaration must stop start-up"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        error.contains(&clashing.processing)
+            && error.contains("rmq")
+            && error.contains("inequivalent arg"),
+        "{error}"
+    );
+    for (queue, exchange) in [
+        (&n.processing, &n.exchange),
+        (&clashing.processing, &n.exchange),
+    ] {
+        let ch = conn.create_channel().await.unwrap();
+        let _ = ch.queue_delete(queue, Default::default()).await;
+        let _ = ch.exchange_delete(exchange, Default::default()).await;
+    }
+    let ch = conn.create_channel().await.unwrap();
+    let _ = ch.queue_delete(&n.readiness, Default::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_straight_to_the_processing_queue_is_processed() {
+    let prefix = prefix();
+    let n = names(&prefix, "export_order");
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&config(&amqp_url(), &prefix, "")).await;
+    let body = Envelope::new(json!({"reply_to": "replies", "n": 1}).to_string(), None, 0);
+    // The default exchange routes by queue name: the readiness queue gets nothing.
+    publish(&amqp_url(), "", &n.processing, body.to_json().as_bytes()).await;
+    wait_for(T, "the reply", || async {
+        (seen(&host).await.get(&1) == Some(&1)).then_some(())
+    })
+    .await;
+    assert_eq!(rabbitmq_queue_counts(None, &n.readiness).await.0, 0);
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_mid_load_loses_nothing_and_the_inbox_skips_redeliveries() {
+    let mut node = RabbitNode::start().await.expect("a private node");
+    let prefix = prefix();
+    let dir = TestDir::new();
+    // No handler yet: everything is published before processing starts.
+    let host = dir
+        .start(&config(
+            &node.amqp_url(),
+            &prefix,
+            "concurrency = 8\ninbox = { store = \"sql\" }",
+        ))
+        .await;
+    wait_for(T, "the readiness consumer", || async {
+        readiness(&host, "rmq").await.then_some(())
+    })
+    .await;
+    const N: i64 = 2000;
+    let envelopes: Vec<Envelope> = (0..N)
+        .map(|n| {
+            let payload = json!({"reply_to": "replies", "n": n, "sleep_ms": 10});
+            Envelope::new(payload.to_string(), Some(format!("order-{n}")), 0)
+        })
+        .collect();
+    let providers = wharf_host::external::Providers::open(
+        &wharf_host::Config::load(&dir.path("wharf.toml")).unwrap(),
+    )
+    .await
+    .unwrap();
+    providers
+        .get("rmq")
+        .unwrap()
+        .publish("export_order", &envelopes, Default::default())
+        .await
+        .unwrap();
+    dir.deploy("flaky", "flaky");
+    wait_for(T, "some progress", || async {
+        (seen(&host).await.len() >= 100).then_some(())
+    })
+    .await;
+    node.stop_app().await.unwrap();
+    let done_at_stop = seen(&host).await.len();
+    assert!(
+        done_at_stop < N as usize,
+        "restarted too late to prove anything"
+    );
+    wait_for(T, "the readiness check to turn unhealthy", || async {
+        (!readiness(&host, "rmq").await).then_some(())
+    })
+    .await;
+    node.start_app().await.unwrap();
+    wait_for(T, "the readiness check to turn healthy again", || async {
+        readiness(&host, "rmq").await.then_some(())
+    })
+    .await;
+    let seen = wait_for(T, "every message", || async {
+        let seen = seen(&host).await;
+        (seen.len() == N as usize).then_some(seen)
+    })
+    .await;
+    let twice: Vec<_> = seen.iter().filter(|(_, c)| **c > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "with the inbox, a redelivered message that already succeeded is skipped: {twice:?}"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_wharf_run_mid_load_loses_nothing() {
+    let prefix = prefix();
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let text = format!(
+        "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\nurl = \"sqlite://wharf.db\"\npoll_interval = \"100ms\"\n{}",
+        config(
+            &amqp_url(),
+            &prefix,
+            "concurrency = 8\nlease = \"5s\"\ntimeout = \"2s\""
+        )
+    );
+    std::fs::write(dir.path("wharf.toml"), &text).unwrap();
+    // The topology exists before anything is published (a host declares it at start).
+    let providers = wharf_host::external::Providers::open(
+        &wharf_host::Config::load(&dir.path("wharf.toml")).unwrap(),
+    )
+    .await
+    .unwrap();
+    let provider = providers.get("rmq").unwrap().clone();
+    provider
+        .prepare(&["export_order".to_string()])
+        .await
+        .unwrap();
+    const N: usize = 3000;
+    let envelopes: Vec<Envelope> = (0..N)
+        .map(|n| {
+            Envelope::new(
+                json!({"reply_to": "replies", "n": n, "sleep_ms": 1}).to_string(),
+                None,
+                0,
+            )
+        })
+        .collect();
+    provider
+        .publish("export_order", &envelopes, Default::default())
+        .await
+        .unwrap();
+    let store = wharf_host::queue::open(
+        &format!("sqlite://{}", dir.path("wharf.db").display()),
+        None,
+        1,
+    )
+    .await
+    .unwrap();
+    let seen = || async {
+        let all = store
+            .list(&wharf_host::queue::MessageFilter {
+                queue: Some("replies".into()),
+                status: None,
+                limit: 1_000_000,
+            })
+            .await
+            .unwrap_or_default();
+        let mut counts = vec![0usize; N];
+        for m in all {
+            let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+            counts[v["seen"]["n"].as_u64().unwrap() as usize] += 1;
+        }
+        counts
+    };
+    let mut first = spawn_wharf(dir.dir.path());
+    wait_for(T, "200 messages before the kill", || async {
+        let done = seen().await.iter().filter(|c| **c > 0).count();
+        (done >= 200).then_some(())
+    })
+    .await;
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    assert!(
+        seen().await.contains(&0),
+        "killed too late to prove anything"
+    );
+    let mut second = spawn_wharf(dir.dir.path());
+    wait_for(
+        Duration::from_secs(120),
+        "every message after the restart",
+        || async { seen().await.iter().all(|c| *c > 0).then_some(()) },
+    )
+    .await;
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &second.id().to_string()])
+        .status();
+    second.wait().unwrap();
+    let n = names(&prefix, "export_order");
+    let conn = amqp_connect(&amqp_url()).await;
+    let ch = conn.create_channel().await.unwrap();
+    let _ = ch.queue_delete(&n.processing, Default::default()).await;
+    let _ = ch.queue_delete(&n.readiness, Default::default()).await;
+    let _ = ch.exchange_delete(&n.exchange, Default::default()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_and_rabbitmq_serve_two_queues_in_one_host() {
+    let rabbit = prefix();
+    let redis = unique_prefix("two");
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let text = format!(
+        "{}\n[providers.cache]\ntype = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{redis}\"\n\n\
+         [queues.import_order]\nhandler = \"flaky\"\nstorage = \"external\"\nprovider = \"cache\"\n",
+        config(&amqp_url(), &rabbit, ""),
+        redis_url()
+    );
+    let host = dir.start(&text).await;
+    for n in 0..10 {
+        host.router
+            .enqueue("export_order", msg(json!({"reply_to": "replies", "n": n})))
+            .await
+            .unwrap();
+        host.router
+            .enqueue(
+                "import_order",
+                msg(json!({"reply_to": "replies", "n": 100 + n})),
+            )
+            .await
+            .unwrap();
+    }
+    wait_for(T, "twenty replies", || async {
+        (seen(&host).await.len() == 20).then_some(())
+    })
+    .await;
+    let seen = seen(&host).await;
+    assert!(seen.values().all(|c| *c == 1), "{seen:?}");
+    wait_for(T, "both readiness checks", || async {
+        (readiness(&host, "rmq").await && readiness(&host, "cache").await).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}
