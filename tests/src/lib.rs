@@ -347,3 +347,43 @@ pub fn spawn_wharf(dir: &Path) -> std::process::Child {
         .spawn()
         .expect("wharf run starts")
 }
+
+/// The `n` values the `flaky` guest echoed to the `replies` queue, sorted.
+pub async fn replies(host: &RunningHost) -> Vec<i64> {
+    let mut out: Vec<i64> = messages(host, "replies")
+        .await
+        .iter()
+        .map(|m| {
+            let v: serde_json::Value = serde_json::from_str(&m.payload).expect("a JSON reply");
+            v["seen"]["n"].as_i64().expect("the echoed n")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Publish `body` to `exchange` with `routing_key` (persistent, confirmed) with a plain
+/// client, as a direct producer would.
+pub async fn amqp_publish(url: &str, exchange: &str, routing_key: &str, body: &[u8]) {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+    let conn = amqp_connect(url).await;
+    let channel = conn.create_channel().await.expect("a channel");
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .expect("confirm mode");
+    let confirm = channel
+        .basic_publish(
+            exchange,
+            routing_key,
+            BasicPublishOptions::default(),
+            body,
+            lapin::BasicProperties::default().with_delivery_mode(2),
+        )
+        .await
+        .expect("published")
+        .await
+        .expect("confirmed");
+    assert!(confirm.is_ack(), "the broker took the message");
+    let _ = conn.close(200, "published").await;
+}

@@ -7,10 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lapin::BasicProperties;
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
-};
+use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::json;
 use wharf_host::RunningHost;
@@ -19,8 +16,8 @@ use wharf_host::external::Envelope;
 use wharf_host::external::rabbitmq::{Names, RabbitSettings};
 use wharf_tests::rabbit_node::RabbitNode;
 use wharf_tests::{
-    TestDir, amqp_connect, amqp_url, messages, msg, rabbitmq_queue_counts, redis_url, spawn_wharf,
-    unique_prefix, wait_for,
+    TestDir, amqp_connect, amqp_publish, amqp_url, messages, msg, rabbitmq_queue_counts, redis_url,
+    spawn_wharf, unique_prefix, wait_for,
 };
 
 const T: Duration = Duration::from_secs(60);
@@ -79,29 +76,6 @@ async fn readiness(host: &RunningHost, provider: &str) -> bool {
     checks[&format!("external_queue_readiness_{provider}")].healthy
 }
 
-async fn publish(url: &str, exchange: &str, routing_key: &str, body: &[u8]) {
-    let conn = amqp_connect(url).await;
-    let channel = conn.create_channel().await.unwrap();
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    let confirm = channel
-        .basic_publish(
-            exchange,
-            routing_key,
-            BasicPublishOptions::default(),
-            body,
-            BasicProperties::default().with_delivery_mode(2),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    assert!(confirm.is_ack());
-    let _ = conn.close(200, "published").await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_topology_is_declared_exactly_and_a_conflict_stops_start_up() {
     let prefix = prefix();
@@ -128,7 +102,7 @@ async fn the_topology_is_declared_exactly_and_a_conflict_stops_start_up() {
         .await
         .expect("the fan-out exchange exists");
     // One publication to the exchange reaches both queues.
-    publish(&amqp_url(), &n.exchange, "", b"{}").await;
+    amqp_publish(&amqp_url(), &n.exchange, "", b"{}").await;
     wait_for(T, "a copy in each queue", || async {
         let p = rabbitmq_queue_counts(None, &n.processing).await.0;
         let r = rabbitmq_queue_counts(None, &n.readiness).await.0;
@@ -182,7 +156,7 @@ async fn a_message_published_straight_to_the_processing_queue_is_processed() {
     let host = dir.start(&config(&amqp_url(), &prefix, "")).await;
     let body = Envelope::new(json!({"reply_to": "replies", "n": 1}).to_string(), None, 0);
     // The default exchange routes by queue name: the readiness queue gets nothing.
-    publish(&amqp_url(), "", &n.processing, body.to_json().as_bytes()).await;
+    amqp_publish(&amqp_url(), "", &n.processing, body.to_json().as_bytes()).await;
     wait_for(T, "the reply", || async {
         (seen(&host).await.get(&1) == Some(&1)).then_some(())
     })

@@ -16,7 +16,7 @@ use wharf_host::external::{
     PublishOptions,
 };
 use wharf_host::queue::{EnqueueStatus, NewMessage};
-use wharf_tests::{TestDir, messages, redis_url, unique_prefix, wait_for};
+use wharf_tests::{TestDir, messages, redis_url, replies, unique_prefix, wait_for};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -180,20 +180,6 @@ async fn storage(prefix: &str) -> Storage {
         ..RedisSettings::new(redis_url())
     };
     Storage(RedisProvider::open(settings).await.unwrap())
-}
-
-/// The payloads the guest echoed to `replies`, as `n` values.
-async fn replies(host: &RunningHost) -> Vec<i64> {
-    let mut out: Vec<i64> = messages(host, "replies")
-        .await
-        .iter()
-        .map(|m| {
-            let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
-            v["seen"]["n"].as_i64().unwrap()
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 async fn direct_produce(prefix: &str, queue: &str, envelope: &str, priority: i32) {

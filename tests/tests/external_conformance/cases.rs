@@ -8,7 +8,7 @@ use wharf_host::config::Config;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::external::Envelope;
 use wharf_host::queue::{NewMessage, Selector, Status, now_ms};
-use wharf_tests::{PgSchema, TestDir, messages, msg, spawn_wharf, wait_for};
+use wharf_tests::{PgSchema, TestDir, messages, msg, replies, spawn_wharf, wait_for};
 
 use crate::{Harness, capabilities, open};
 
@@ -46,20 +46,6 @@ async fn start<H: Harness>(h: &H, queue_extra: &str) -> (TestDir, RunningHost) {
     dir.deploy("flaky", "flaky");
     let host = dir.start(&config(h, queue_extra)).await;
     (dir, host)
-}
-
-/// The `n` values the guest echoed to `replies`, sorted.
-async fn replies(host: &RunningHost) -> Vec<i64> {
-    let mut out: Vec<i64> = messages(host, "replies")
-        .await
-        .iter()
-        .map(|m| {
-            let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
-            v["seen"]["n"].as_i64().unwrap()
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 fn body(payload: serde_json::Value, id: Option<&str>) -> Vec<u8> {

@@ -2,11 +2,10 @@
 //! private node (its own port, name and data) for restarts. Counts that include
 //! unacknowledged deliveries come from `rabbitmqctl`.
 
-use lapin::BasicProperties;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueuePurgeOptions};
+use lapin::options::QueuePurgeOptions;
 use wharf_host::external::rabbitmq::{Names, RabbitSettings};
 use wharf_tests::rabbit_node::RabbitNode;
-use wharf_tests::{amqp_connect, amqp_url, rabbitmq_queue_counts, unique_prefix};
+use wharf_tests::{amqp_connect, amqp_publish, amqp_url, rabbitmq_queue_counts, unique_prefix};
 
 use crate::Harness;
 
@@ -63,26 +62,7 @@ impl Harness for RabbitHarness {
     }
 
     async fn produce_direct(&self, queue: &str, body: &[u8]) {
-        let conn = amqp_connect(&self.url).await;
-        let channel = conn.create_channel().await.unwrap();
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .unwrap();
-        let confirm = channel
-            .basic_publish(
-                &self.names(queue).exchange,
-                "",
-                BasicPublishOptions::default(),
-                body,
-                BasicProperties::default().with_delivery_mode(2),
-            )
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-        assert!(confirm.is_ack(), "the broker took the message");
-        let _ = conn.close(200, "produced").await;
+        amqp_publish(&self.url, &self.names(queue).exchange, "", body).await;
     }
 
     async fn drop_notifications(&self, queue: &str) {
