@@ -109,6 +109,12 @@ pub trait Source: Send + Sync + 'static {
 
     /// Housekeeping between receives (expired leases, retention).
     async fn housekeeping(&self) {}
+
+    /// Shutdown begins: receive nothing more (and hand back what arrived unasked).
+    async fn stop_receiving(&self) {}
+
+    /// Shutdown ends: every message is settled or handed back.
+    async fn finish(&self) {}
 }
 
 /// Everything one queue's pipeline needs besides its source.
@@ -247,6 +253,7 @@ impl Pipeline {
             }
         }
 
+        shared.source.stop_receiving().await;
         let drained =
             tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
         if drained.is_err() {
@@ -264,6 +271,7 @@ impl Pipeline {
             tracing::warn!(queue = %shared.pipeline.name, provider = shared.source.provider(), count = leftover.len(), "handing back messages still running after the shutdown grace period");
             shared.source.release(leftover).await;
         }
+        shared.source.finish().await;
     }
 }
 

@@ -66,4 +66,5 @@ pub async fn run_bridge(
             }
         }
     }
+    bridge.close().await;
 }

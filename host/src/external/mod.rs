@@ -58,4 +58,8 @@ pub trait ReadinessBridge: Send + Sync + 'static {
 
     /// Acknowledge notifications whose activation is durable.
     async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError>;
+
+    /// Close the bridge's connection (shutdown); unacknowledged notifications stay with the
+    /// broker.
+    async fn close(&self) {}
 }

@@ -230,6 +230,16 @@ pub trait Consumer: Send + Sync + 'static {
     /// Hand deliveries back.
     async fn nack(&self, handles: &[Handle], nack: Nack) -> Result<(), ProviderError>;
 
+    /// Stop the broker from handing out more deliveries (shutdown begins). Returns the ones
+    /// it already pushed that [`Consumer::receive`] did not hand out, for the host to hand
+    /// back. Acknowledgements of deliveries still running keep working.
+    async fn stop(&self) -> Vec<Delivery> {
+        Vec::new()
+    }
+
+    /// Close the consumer after the last settlement (shutdown ends).
+    async fn close(&self) {}
+
     /// Extend the lease or lock of deliveries still being processed, where the broker has
     /// a lock that can be renewed.
     async fn renew(&self, handles: &[Handle]) -> Result<(), ProviderError> {

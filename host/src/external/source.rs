@@ -351,6 +351,32 @@ impl Source for ExternalSource {
         }
     }
 
+    async fn stop_receiving(&self) {
+        let pushed = self.consumer.stop().await;
+        if pushed.is_empty() {
+            return;
+        }
+        let items = pushed
+            .into_iter()
+            .map(|d| {
+                let envelope = std::str::from_utf8(&d.body)
+                    .ok()
+                    .and_then(|text| Envelope::parse(text).ok());
+                Arc::new(Item {
+                    handle: d.handle,
+                    body: d.body,
+                    envelope,
+                    counted: None,
+                })
+            })
+            .collect();
+        self.release(items).await;
+    }
+
+    async fn finish(&self) {
+        self.consumer.close().await;
+    }
+
     async fn release(&self, items: Vec<Arc<Item>>) {
         if self.counts != CountKind::Exact {
             // The broker flags the next delivery as a redelivery: it is not an attempt.

@@ -89,6 +89,12 @@ impl ReadinessBridge for RabbitReadiness {
         Ok(notes)
     }
 
+    async fn close(&self) {
+        if let Some(session) = self.subscriber.current().await {
+            session.close().await;
+        }
+    }
+
     async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError> {
         let session = self.subscriber.session().await?;
         for tag in notifications.iter().filter_map(|n| n.handle.get::<Tag>()) {

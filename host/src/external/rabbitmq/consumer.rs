@@ -123,6 +123,24 @@ impl Consumer for RabbitConsumer {
         }
     }
 
+    async fn stop(&self) -> Vec<Delivery> {
+        let Some(session) = self.subscriber.current().await else {
+            return Vec::new();
+        };
+        session
+            .stop()
+            .await
+            .into_iter()
+            .map(|(_, d)| self.convert(session.generation, d))
+            .collect()
+    }
+
+    async fn close(&self) {
+        if let Some(session) = self.subscriber.current().await {
+            session.close().await;
+        }
+    }
+
     async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError> {
         let Some(session) = self.subscriber.current().await else {
             return Ok(vec![false; handles.len()]);

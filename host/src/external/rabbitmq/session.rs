@@ -20,8 +20,8 @@ use crate::external::{ErrorKind, ProviderError};
 
 /// One open session.
 pub(super) struct Session {
-    /// Kept open while the session lives.
-    _conn: Connection,
+    /// Closed when the session is done with.
+    conn: Connection,
     /// Acknowledgements go here.
     pub channel: Channel,
     /// Which session this is.
@@ -31,8 +31,14 @@ pub(super) struct Session {
     /// Why the session broke, once it did.
     broken: std::sync::Mutex<Option<String>>,
     failed: AtomicBool,
-    /// Raised on every push (and when the session breaks).
+    /// Raised on every push (and when the session breaks or a consumer ends).
     pub arrived: Notify,
+    /// The consumer tags, to cancel them.
+    tags: Vec<String>,
+    /// Set when the host stopped consuming: consumers ending is expected then.
+    stopping: AtomicBool,
+    /// Consumers still pumping.
+    pumping: AtomicU64,
 }
 
 impl Session {
@@ -55,6 +61,31 @@ impl Session {
         } else {
             None
         }
+    }
+
+    /// Cancel every consumer (no more pushes), wait (bounded) until their last deliveries
+    /// are buffered, and return everything buffered.
+    pub async fn stop(&self) -> Vec<(usize, Delivery)> {
+        self.stopping.store(true, Ordering::Release);
+        for tag in &self.tags {
+            let _ = self
+                .channel
+                .basic_cancel(tag, lapin::options::BasicCancelOptions::default())
+                .await;
+        }
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+            while self.pumping.load(Ordering::Acquire) > 0 && self.broken().is_none() {
+                self.arrived.notified().await;
+            }
+        })
+        .await;
+        self.take(usize::MAX)
+    }
+
+    /// Close the channel and the connection.
+    pub async fn close(&self) {
+        let _ = self.channel.close(200, "shutting down").await;
+        let _ = self.conn.close(200, "shutting down").await;
     }
 
     fn fail(&self, reason: String) {
@@ -127,20 +158,26 @@ impl Subscriber {
             .await
             .map_err(error)?;
         let generation = self.generations.fetch_add(1, Ordering::AcqRel) + 1;
+        let tags: Vec<String> = (0..self.queues.len())
+            .map(|index| format!("{}-{generation}-{index}", self.name))
+            .collect();
         let session = Arc::new(Session {
-            _conn: conn,
+            conn,
             channel: channel.clone(),
             generation,
             buffer: std::sync::Mutex::new(VecDeque::new()),
             broken: std::sync::Mutex::new(None),
             failed: AtomicBool::new(false),
             arrived: Notify::new(),
+            tags: tags.clone(),
+            stopping: AtomicBool::new(false),
+            pumping: AtomicU64::new(self.queues.len() as u64),
         });
         for (index, queue) in self.queues.iter().enumerate() {
             let mut consumer = channel
                 .basic_consume(
                     queue,
-                    &format!("{}-{generation}-{index}", self.name),
+                    &tags[index],
                     BasicConsumeOptions::default(),
                     FieldTable::default(),
                 )
@@ -163,11 +200,18 @@ impl Subscriber {
                             session.arrived.notify_one();
                         }
                         Some(Err(e)) => {
+                            session.pumping.fetch_sub(1, Ordering::AcqRel);
                             session.fail(e.to_string());
                             return;
                         }
                         None => {
-                            session.fail("the broker ended the consumer".into());
+                            session.pumping.fetch_sub(1, Ordering::AcqRel);
+                            if session.stopping.load(Ordering::Acquire) {
+                                session.arrived.notify_waiters();
+                                session.arrived.notify_one();
+                            } else {
+                                session.fail("the broker ended the consumer".into());
+                            }
                             return;
                         }
                     }
