@@ -139,9 +139,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         external::start(&config, &providers, activations.clone(), &health, &shutdown)
             .await
             .map_err(|(name, e)| {
-                anyhow::anyhow!(
-                    "starting the readiness consumer of provider `{name}` ([providers.{name}]): {e}"
-                )
+                anyhow::anyhow!("preparing provider `{name}` ([providers.{name}]): {e}")
             })?;
     background.extend(external_runtime.tasks);
     let router = Arc::new(QueueRouter::new(store.clone(), &config, &providers));

@@ -91,10 +91,12 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging(cli: &Cli) {
+    // The AMQP client logs every failed reconnection attempt itself; Wharf reports each
+    // outage once, so only its errors are kept.
     let default = if matches!(cli.command, Command::Run) {
-        "info"
+        "info,lapin=error"
     } else {
-        "warn"
+        "warn,lapin=error"
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

@@ -24,7 +24,11 @@ impl Config {
                 ));
             };
             kind.check(&provider.settings).map_err(|e| {
-                ConfigError::key(file, format!("providers.{name}.{}", e.key), e.reason)
+                let key = match e.key.as_str() {
+                    "" => format!("providers.{name}"),
+                    key => format!("providers.{name}.{key}"),
+                };
+                ConfigError::key(file, key, e.reason)
             })?;
         }
         Ok(())
@@ -110,5 +114,96 @@ impl Config {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::{Config, ConfigError};
+
+    fn key_error(text: &str) -> (String, String) {
+        match Config::parse(Path::new("wharf.toml"), text, &|_| None) {
+            Err(ConfigError::Key { key, reason, .. }) => (key, reason),
+            other => panic!("expected a key error, got {other:?}"),
+        }
+    }
+
+    const QUEUE: &str = "[queues.q]\nhandler = \"h\"\nstorage = \"external\"\nprovider = \"p\"\n";
+
+    #[test]
+    fn settings_that_can_never_work_name_their_key() {
+        let cases = [
+            (
+                "type = \"kafkaa\"",
+                "providers.p.type",
+                "unknown provider type `kafkaa`",
+            ),
+            ("type = \"redis\"", "providers.p", "missing field `url`"),
+            (
+                "type = \"redis\"\nurl = \"http://x\"",
+                "providers.p.url",
+                "not a Redis URL",
+            ),
+            (
+                "type = \"redis\"\nurl = \"redis://h\"\nprefix = \"x\"",
+                "providers.p.prefix",
+                "unknown field `prefix`",
+            ),
+            (
+                "type = \"rabbitmq\"\nurl = \"amqp://[::1\"",
+                "providers.p.url",
+                "not an AMQP URL",
+            ),
+            (
+                "type = \"rabbitmq\"\nurl = \"amqps://h\"",
+                "providers.p.url",
+                "TLS",
+            ),
+            (
+                "type = \"rabbitmq\"\nurl = \"amqp://h\"\nqueue_type = \"quorum\"\nmax_priority = 5",
+                "providers.p.max_priority",
+                "quorum queues have no priorities",
+            ),
+            (
+                "type = \"rabbitmq\"\nurl = \"amqp://h\"\nqueue_type = \"lazy\"",
+                "providers.p.queue_type",
+                "unknown variant",
+            ),
+        ];
+        for (section, key, reason) in cases {
+            let (k, r) = key_error(&format!("[providers.p]\n{section}\n\n{QUEUE}"));
+            assert_eq!(k, key, "{section}: {r}");
+            assert!(r.contains(reason), "{section}: {r}");
+        }
+    }
+
+    #[test]
+    fn a_queue_asks_only_for_what_its_provider_can_do() {
+        let rabbit = "[providers.p]\ntype = \"rabbitmq\"\nurl = \"amqp://h\"\n\n";
+        let (key, reason) = key_error(&format!("{rabbit}{QUEUE}idempotent = true\n"));
+        assert_eq!(key, "queues.q.idempotent");
+        assert!(
+            reason.contains("provider `p` (type `rabbitmq`)"),
+            "{reason}"
+        );
+        let (key, _) = key_error(&format!("{rabbit}{QUEUE}replace_by_id = true\n"));
+        assert_eq!(key, "queues.q.replace_by_id");
+        let redis = "[providers.p]\ntype = \"redis\"\nurl = \"redis://h\"\n\n";
+        Config::parse(
+            Path::new("wharf.toml"),
+            &format!("{redis}{QUEUE}idempotent = true\nreplace_by_id = true\n"),
+            &|_| None,
+        )
+        .expect("redis can");
+        let (key, reason) = key_error(&format!(
+            "{redis}{QUEUE}idempotent = true\nreplace_by_id = false\n"
+        ));
+        assert_eq!(key, "queues.q.replace_by_id");
+        assert!(reason.contains("idempotent"), "{reason}");
+        let (key, reason) = key_error(QUEUE);
+        assert_eq!(key, "queues.q.provider");
+        assert!(reason.contains("`[providers.p]`"), "{reason}");
     }
 }

@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{ActivationStore, ProviderHealth, ReadinessBridge};
+use super::{ActivationStore, Provider, ProviderHealth, ReadinessBridge};
 
-/// Run `bridge` for `queues` until `shutdown`. `wake` is called with each activated queue.
+/// Run `bridge` for `queues` until `shutdown`, first preparing them on `unprepared` when
+/// start-up could not. `wake` is called with each activated queue. Failures are retried with
+/// a growing pause (up to five seconds).
 pub async fn run_bridge(
+    unprepared: Option<Arc<dyn Provider>>,
     bridge: Arc<dyn ReadinessBridge>,
     queues: Vec<String>,
     activations: Arc<dyn ActivationStore>,
@@ -19,8 +22,17 @@ pub async fn run_bridge(
     shutdown: CancellationToken,
 ) {
     let mut started = false;
+    let mut unprepared = unprepared;
+    let mut pause = MIN_PAUSE;
     while !shutdown.is_cancelled() {
         let step = async {
+            if let Some(provider) = &unprepared {
+                provider
+                    .prepare(&queues)
+                    .await
+                    .map_err(|e| format!("declaring the queues: {e}"))?;
+                unprepared = None;
+            }
             if !started {
                 bridge
                     .start()
@@ -55,16 +67,23 @@ pub async fn run_bridge(
         };
         match outcome {
             Ok(()) => {
+                pause = MIN_PAUSE;
                 health.succeeded(&format!("consuming readiness of {} queue(s)", queues.len()))
             }
             Err(reason) => {
                 health.failed(reason);
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = tokio::time::sleep(pause) => {}
                 }
+                pause = (pause * 2).min(MAX_PAUSE);
             }
         }
     }
     bridge.close().await;
 }
+
+/// First pause after a failure.
+const MIN_PAUSE: Duration = Duration::from_millis(250);
+/// Longest pause between attempts.
+const MAX_PAUSE: Duration = Duration::from_secs(5);

@@ -27,14 +27,25 @@ pub async fn run_reconciliation(
     wake: Arc<dyn Fn(&str) + Send + Sync>,
     shutdown: CancellationToken,
 ) {
+    let mut failing = vec![false; queues.len()];
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
         }
-        for q in &queues {
-            if let Err(e) = reconcile(q, activations.as_ref(), wake.as_ref()).await {
-                tracing::warn!(queue = %q.queue, provider = %q.provider, "reconciliation failed, retried next pass: {e}");
+        for (q, failing) in queues.iter().zip(failing.iter_mut()) {
+            match reconcile(q, activations.as_ref(), wake.as_ref()).await {
+                // Logged once per outage.
+                Err(e) if !*failing => {
+                    *failing = true;
+                    tracing::warn!(queue = %q.queue, provider = %q.provider, "reconciliation failed, retried every pass: {e}");
+                }
+                Err(_) => {}
+                Ok(()) => {
+                    if std::mem::take(failing) {
+                        tracing::info!(queue = %q.queue, provider = %q.provider, "reconciliation works again");
+                    }
+                }
             }
         }
     }

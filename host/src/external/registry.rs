@@ -12,7 +12,7 @@ use super::{Capabilities, Provider, ProviderError};
 /// A key of a `[providers.NAME]` section that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingsError {
-    /// The key inside the section (e.g. `url`).
+    /// The key inside the section (e.g. `url`); empty for the section itself (a missing key).
     pub key: String,
     /// What is wrong and what was expected.
     pub reason: String,
@@ -64,7 +64,7 @@ pub fn names() -> Vec<&'static str> {
 pub fn parse_settings<T: DeserializeOwned>(settings: &toml::Table) -> Result<T, SettingsError> {
     serde_path_to_error::deserialize(toml::Value::Table(settings.clone())).map_err(|e| {
         let key = e.path().to_string();
-        let key = if key == "." { "type".to_string() } else { key };
+        let key = if key == "." { String::new() } else { key };
         SettingsError::new(key, e.inner().to_string())
     })
 }

@@ -11,8 +11,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    ActivationStore, ProviderError, ProviderHealth, Providers, ReconciledQueue, run_bridge,
-    run_reconciliation,
+    ActivationStore, ErrorKind, ProviderError, ProviderHealth, Providers, ReconciledQueue,
+    run_bridge, run_reconciliation,
 };
 use crate::admin::HealthRegistry;
 use crate::config::{Config, QueueStorage};
@@ -37,7 +37,8 @@ pub fn external_queues(config: &Config) -> Vec<(String, String)> {
 
 /// Prepare and start every provider that serves a queue (registering
 /// `external_queue_readiness_{provider}` for every provider) and the reconciliation pass.
-/// Fails, naming the provider, when a declaration is refused or a bridge cannot connect.
+/// Fails, naming the provider, when the broker refuses a declaration; a broker that does not
+/// answer yet leaves its health check red until it does.
 pub async fn start(
     config: &Config,
     providers: &Providers,
@@ -69,11 +70,21 @@ pub async fn start(
             continue;
         }
         let failed = |e| (name.clone(), e);
-        provider.prepare(&mine).await.map_err(failed)?;
+        // A declaration the broker refuses stops start-up; a broker that does not answer yet
+        // is prepared by the bridge task once it does.
+        let prepared = match provider.prepare(&mine).await {
+            Ok(()) => true,
+            Err(e) if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Timeout) => {
+                tracing::warn!(provider = %name, "the broker does not answer; its queues start when it does: {e}");
+                false
+            }
+            Err(e) => return Err(failed(e)),
+        };
         let bridge = provider.readiness(&mine).await.map_err(failed)?;
         let state = Arc::new(ProviderHealth::not_started(name));
         health.register(check, state.clone());
         tasks.push(tokio::spawn(run_bridge(
+            (!prepared).then(|| provider.clone()),
             bridge,
             mine.clone(),
             activations.clone(),

@@ -692,3 +692,65 @@ pub async fn queue_settings_the_provider_cannot_honour_are_config_errors<H: Harn
         }
     }
 }
+
+pub async fn a_broker_down_at_start_up_does_not_stop_the_host<H: Harness>() {
+    let mut h = H::private().await;
+    // Work waiting in the broker from before; then the broker goes down.
+    let provider = open(&h).await;
+    provider
+        .prepare(&["export_order".to_string()])
+        .await
+        .unwrap();
+    for n in 0..3 {
+        h.produce_direct(
+            "export_order",
+            &body(json!({"reply_to": "replies", "n": n}), None),
+        )
+        .await;
+    }
+    h.stop().await;
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let text = config(&h, "") + "\n[queues.local]\nhandler = \"flaky\"\n";
+    let host = dir.start(&text).await;
+    wait_for(T, "the readiness check to report the broker", || async {
+        let (healthy, detail) = readiness(&host).await;
+        (!healthy && !detail.is_empty()).then_some(())
+    })
+    .await;
+    // Queues that do not depend on the provider are served meanwhile.
+    host.router
+        .enqueue("local", msg(json!({"reply_to": "replies", "n": 100})))
+        .await
+        .unwrap();
+    wait_for(T, "the SQL queue's reply", || async {
+        (replies(&host).await == vec![100]).then_some(())
+    })
+    .await;
+    // Enqueueing into the provider's queue fails, naming the provider.
+    let error = host
+        .router
+        .enqueue(
+            "export_order",
+            msg(json!({"reply_to": "replies", "n": 200})),
+        )
+        .await
+        .expect_err("the broker is down")
+        .to_string();
+    assert!(error.contains("provider `main`"), "{error}");
+    assert!(!readiness(&host).await.0);
+    h.start().await;
+    wait_for(T, "the readiness check to turn healthy", || async {
+        readiness(&host).await.0.then_some(())
+    })
+    .await;
+    host.router
+        .enqueue("export_order", msg(json!({"reply_to": "replies", "n": 3})))
+        .await
+        .unwrap();
+    wait_for(T, "every reply, nothing lost", || async {
+        (replies(&host).await == vec![0, 1, 2, 3, 100]).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}

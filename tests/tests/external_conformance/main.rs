@@ -86,6 +86,7 @@ macro_rules! conformance {
                 a_moved_message_stands_in_for_its_message_id,
                 a_future_enqueue_runs_when_due_and_once,
                 queue_settings_the_provider_cannot_honour_are_config_errors,
+                a_broker_down_at_start_up_does_not_stop_the_host,
             );
         }
     };

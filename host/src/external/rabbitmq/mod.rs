@@ -267,14 +267,14 @@ pub struct RabbitProvider {
 }
 
 impl RabbitProvider {
-    /// Connect with `settings`; `name` is the `[providers.NAME]` name.
+    /// A provider for `settings` (`name` is the `[providers.NAME]` name); it connects on
+    /// first use, so a broker that is down at start-up does not stop the host.
     pub async fn open(name: &str, settings: RabbitSettings) -> Result<Self, ProviderError> {
         let link = Link {
             url: settings.url.clone(),
             name: format!("wharf {name} publisher"),
             open: Mutex::new(None),
         };
-        link.channel().await?;
         Ok(RabbitProvider {
             name: name.to_string(),
             settings,

@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions, StreamReadReply,
 };
 
-use super::{Keys, RedisSettings, connect, error};
+use super::{Keys, Lazy, RedisSettings, error};
 use crate::external::{Handle, Notification, ProviderError, ReadinessBridge};
 
 /// How long one `receive` blocks waiting for records.
@@ -25,7 +24,7 @@ const COUNT: usize = 512;
 /// The readiness bridge of one Redis provider.
 pub struct RedisReadiness {
     /// A connection of its own: `XREADGROUP … BLOCK` holds it while waiting.
-    conn: ConnectionManager,
+    conn: Lazy,
     prefix: String,
     group: String,
     consumer: String,
@@ -49,7 +48,7 @@ impl RedisReadiness {
     /// over.
     pub async fn open(config: &RedisSettings, queues: &[String]) -> Result<Self, ProviderError> {
         Ok(RedisReadiness {
-            conn: connect(&config.url, BLOCK + Duration::from_secs(5)).await?,
+            conn: Lazy::new(&config.url, BLOCK + Duration::from_secs(5)),
             prefix: config.key_prefix.clone(),
             group: config.consumer_group.clone(),
             queues: queues.to_vec(),
@@ -82,7 +81,7 @@ impl RedisReadiness {
             *last = Some(Instant::now());
         }
         let mut out = Vec::new();
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.get().await?;
         for queue in &self.queues {
             let stream = Keys::new(&self.prefix, queue).readiness;
             let reply: StreamAutoClaimReply = conn
@@ -111,7 +110,7 @@ impl RedisReadiness {
 #[async_trait]
 impl ReadinessBridge for RedisReadiness {
     async fn start(&self) -> Result<(), ProviderError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn.get().await?;
         for queue in &self.queues {
             let stream = Keys::new(&self.prefix, queue).readiness;
             // From the stream's start: records written before the first host started count.
@@ -146,7 +145,8 @@ impl ReadinessBridge for RedisReadiness {
                 .count(COUNT);
             reply = self
                 .conn
-                .clone()
+                .get()
+                .await?
                 .xread_options(&streams, &ids, &options)
                 .await
                 .map_err(error)?;
@@ -166,7 +166,8 @@ impl ReadinessBridge for RedisReadiness {
                 .block(BLOCK.as_millis() as usize);
             reply = self
                 .conn
-                .clone()
+                .get()
+                .await?
                 .xread_options(&streams, &ids, &options)
                 .await
                 .map_err(error)?;
@@ -206,7 +207,7 @@ impl ReadinessBridge for RedisReadiness {
             pipe.xdel(*stream, ids).ignore();
         }
         let () = pipe
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.conn.get().await?)
             .await
             .map_err(error)?;
         self.unacknowledged.store(false, Ordering::Release);

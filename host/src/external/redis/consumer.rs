@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
-use redis::aio::ConnectionManager;
 use serde::Deserialize;
 
-use super::{Keys, error, protocol, scripts};
+use super::{Keys, Lazy, error, protocol, scripts};
 use crate::external::{Consumer, Delivery, DeliveryCount, Handle, Nack, ProviderError};
 use crate::queue::now_ms;
 
@@ -30,7 +29,7 @@ struct IdOnly {
 
 /// The consumer of one queue.
 pub struct RedisConsumer {
-    conn: ConnectionManager,
+    conn: Lazy,
     keys: Keys,
     queue: String,
     lease: Duration,
@@ -40,7 +39,7 @@ pub struct RedisConsumer {
 }
 
 impl RedisConsumer {
-    pub(super) fn new(conn: ConnectionManager, keys: Keys, queue: &str, lease: Duration) -> Self {
+    pub(super) fn new(conn: Lazy, keys: Keys, queue: &str, lease: Duration) -> Self {
         RedisConsumer {
             conn,
             keys,
@@ -70,7 +69,7 @@ impl Consumer for RedisConsumer {
             .key(&keys.lease_seq)
             .arg(max)
             .arg(now_ms() + self.lease.as_millis() as i64)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn.get().await?)
             .await
             .map_err(error)?;
         let mut out = Vec::with_capacity(flat.len() / 3);
@@ -113,7 +112,7 @@ impl Consumer for RedisConsumer {
                 .arg(lease.message_id.as_deref().unwrap_or(""));
         }
         let held: Vec<i64> = call
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn.get().await?)
             .await
             .map_err(error)?;
         Ok(held.into_iter().map(|h| h == 1).collect())
@@ -137,7 +136,7 @@ impl Consumer for RedisConsumer {
         }
         if nack.requeue {
             let _: u64 = call
-                .invoke_async(&mut self.conn.clone())
+                .invoke_async(&mut self.conn.get().await?)
                 .await
                 .map_err(error)?;
             Ok(())

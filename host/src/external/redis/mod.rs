@@ -232,18 +232,49 @@ pub(crate) async fn connect(
         .map_err(error)
 }
 
+/// A connection opened on first use (so a server that is down at start-up does not stop the
+/// host), then kept and reconnected by the connection manager.
+#[derive(Clone)]
+pub(crate) struct Lazy(Arc<LazyInner>);
+
+struct LazyInner {
+    url: String,
+    response_timeout: Duration,
+    cell: tokio::sync::OnceCell<ConnectionManager>,
+}
+
+impl Lazy {
+    pub(crate) fn new(url: &str, response_timeout: Duration) -> Self {
+        Lazy(Arc::new(LazyInner {
+            url: url.to_string(),
+            response_timeout,
+            cell: tokio::sync::OnceCell::new(),
+        }))
+    }
+
+    /// The connection, opening it first when needed.
+    pub(crate) async fn get(&self) -> Result<ConnectionManager, ProviderError> {
+        self.0
+            .cell
+            .get_or_try_init(|| connect(&self.0.url, self.0.response_timeout))
+            .await
+            .cloned()
+    }
+}
+
 /// Pending messages in Redis.
 pub struct RedisProvider {
-    conn: ConnectionManager,
+    conn: Lazy,
     settings: RedisSettings,
     enqueue: Script,
 }
 
 impl RedisProvider {
-    /// Connect with `settings`.
+    /// A provider for `settings`; it connects on first use.
     pub async fn open(settings: RedisSettings) -> Result<Self, ProviderError> {
+        redis::Client::open(settings.url.as_str()).map_err(error)?;
         Ok(RedisProvider {
-            conn: connect(&settings.url, Duration::from_secs(5)).await?,
+            conn: Lazy::new(&settings.url, Duration::from_secs(5)),
             settings,
             enqueue: Script::new(scripts::ENQUEUE),
         })
@@ -317,7 +348,7 @@ impl Provider for RedisProvider {
                 });
         }
         let statuses: Vec<String> = call
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn.get().await?)
             .await
             .map_err(error)?;
         statuses
@@ -363,7 +394,7 @@ impl Provider for RedisProvider {
                 .zcount(&keys.delayed, "-inf", now.div_euclid(1000))
                 .zcard(&keys.leases)
                 .zcount(&keys.leases, "-inf", now)
-                .query_async(&mut self.conn.clone())
+                .query_async(&mut self.conn.get().await?)
                 .await
                 .map_err(error)?;
         // Due delayed messages and expired leases are work the background task makes ready.
@@ -384,7 +415,7 @@ impl Provider for RedisProvider {
 
     async fn ping(&self) -> Result<(), ProviderError> {
         let _: String = redis::cmd("PING")
-            .query_async(&mut self.conn.clone())
+            .query_async(&mut self.conn.get().await?)
             .await
             .map_err(error)?;
         Ok(())
@@ -396,7 +427,7 @@ impl Provider for RedisProvider {
 /// them).
 #[derive(Clone)]
 pub struct Maintenance {
-    conn: ConnectionManager,
+    conn: Lazy,
     prefix: String,
     promote: Script,
     return_expired: Script,
@@ -413,7 +444,7 @@ impl Maintenance {
             .arg(now_ms().div_euclid(1000))
             .arg(queue)
             .arg(1000)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn.get().await?)
             .await
             .map_err(error)
     }
@@ -429,7 +460,7 @@ impl Maintenance {
             .arg(now_ms())
             .arg(1000)
             .arg(queue)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn.get().await?)
             .await
             .map_err(error)
     }
