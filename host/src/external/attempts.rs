@@ -1,9 +1,9 @@
 //! Host-side delivery counting for brokers that only flag a redelivery (RabbitMQ classic
-//! queues) or count nothing (Kafka): a redelivered message is counted in the
+//! queues: redeliveries are counted) or tell nothing (every delivery is counted): in the
 //! `external_attempts` table of the `[storage]` database, keyed by queue and MessageId (or
 //! the body's SHA-256 when it has none), so a message that keeps coming back — even across
 //! host restarts — ends failed after `max_attempts`. The row is removed when the message is
-//! settled.
+//! settled; a message the host hands back itself is forgiven one count.
 
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
@@ -15,8 +15,8 @@ use crate::queue::now_ms;
 /// Durable redelivery counts of external messages.
 #[async_trait]
 pub trait AttemptCounter: Send + Sync + 'static {
-    /// Count one more redelivery of each of `keys` in `queue`; returns each key's count so
-    /// far (1 on the first redelivery).
+    /// Count one more (re)delivery of each of `keys` in `queue`; returns each key's count so
+    /// far, this one included.
     async fn redelivered(&self, queue: &str, keys: &[String]) -> Result<Vec<u32>, sqlx::Error>;
     /// Forget `keys` (their messages were settled).
     async fn forget(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error>;

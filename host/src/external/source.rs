@@ -99,40 +99,42 @@ impl ExternalSource {
         }
     }
 
-    /// The attempt of each delivery: the broker's count, or the host's for redeliveries.
+    /// The attempt of each delivery: the broker's count where it has one; otherwise the
+    /// host's durable count — of redeliveries where the broker flags them (a first delivery
+    /// is attempt 1 without a write), of every delivery where it tells nothing.
     async fn attempts_of(
         &self,
         deliveries: &[(Delivery, Option<Envelope>)],
     ) -> Vec<(u32, Option<String>)> {
-        let mut out: Vec<(u32, Option<String>)> = deliveries
-            .iter()
-            .map(|(d, _)| match d.count {
-                DeliveryCount::Exact(n) => (n.max(1), None),
-                _ => (1, None),
-            })
-            .collect();
-        let redelivered: Vec<(usize, String)> = deliveries
-            .iter()
-            .enumerate()
-            .filter(|(_, (d, _))| d.count == DeliveryCount::Redelivered(true))
-            .map(|(i, (d, e))| {
+        let mut out: Vec<(u32, Option<String>)> = vec![(1, None); deliveries.len()];
+        let mut counted: Vec<(usize, String, u32)> = Vec::new();
+        for (i, (d, e)) in deliveries.iter().enumerate() {
+            let key = || {
                 let id = e.as_ref().and_then(|e| e.message_id.as_deref());
-                (i, attempt_key(id, &d.body))
-            })
-            .collect();
-        if redelivered.is_empty() {
+                attempt_key(id, &d.body)
+            };
+            match d.count {
+                DeliveryCount::Exact(n) => out[i].0 = n.max(1),
+                DeliveryCount::Redelivered(false) => {}
+                // The count so far is of redeliveries: this one is attempt count + 1.
+                DeliveryCount::Redelivered(true) => counted.push((i, key(), 1)),
+                // The count so far is of deliveries, this one included.
+                DeliveryCount::Unknown => counted.push((i, key(), 0)),
+            }
+        }
+        if counted.is_empty() {
             return out;
         }
-        let keys: Vec<String> = redelivered.iter().map(|(_, k)| k.clone()).collect();
+        let keys: Vec<String> = counted.iter().map(|(_, k, _)| k.clone()).collect();
         match self.attempts.redelivered(&self.name, &keys).await {
             Ok(counts) => {
-                for ((i, key), n) in redelivered.into_iter().zip(counts) {
-                    out[i] = (n + 1, Some(key));
+                for ((i, key, extra), n) in counted.into_iter().zip(counts) {
+                    out[i] = ((n + extra).max(1), Some(key));
                 }
             }
             Err(e) => {
-                tracing::warn!(queue = %self.name, provider = %self.provider, "counting redeliveries failed; counting them as a second attempt: {e}");
-                for (i, key) in redelivered {
+                tracing::warn!(queue = %self.name, provider = %self.provider, "counting deliveries failed; counting them as a second attempt: {e}");
+                for (i, key, _) in counted {
                     out[i] = (2, Some(key));
                 }
             }
