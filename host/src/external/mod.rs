@@ -23,7 +23,7 @@ mod source;
 use async_trait::async_trait;
 
 pub use activation::{ActivationStore, SqlActivations};
-pub use attempts::{AttemptCounter, SqlAttempts};
+pub use attempts::{AttemptCounter, SqlAttempts, attempt_key};
 pub use bridge::run_bridge;
 pub use envelope::{Envelope, EnvelopeError};
 pub use health::ProviderHealth;
