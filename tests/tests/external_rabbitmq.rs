@@ -166,6 +166,57 @@ async fn a_message_published_straight_to_the_processing_queue_is_processed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guest_sees_the_enqueue_time_and_headers_the_broker_carries() {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+    let prefix = prefix();
+    let n = names(&prefix, "export_order");
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&config(&amqp_url(), &prefix, "")).await;
+    let conn = amqp_connect(&amqp_url()).await;
+    let channel = conn.create_channel().await.unwrap();
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let mut headers = FieldTable::default();
+    headers.insert("tenant".into(), AMQPValue::LongString("acme".into()));
+    let sent_at = wharf_host::queue::now_ms() / 1000;
+    let body = Envelope::new(
+        json!({"reply_to": "replies", "n": 1}).to_string(),
+        Some("m-1".into()),
+        0,
+    );
+    channel
+        .basic_publish(
+            &n.exchange,
+            "",
+            BasicPublishOptions::default(),
+            body.to_json().as_bytes(),
+            lapin::BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_timestamp(sent_at as u64)
+                .with_message_id("m-1".into())
+                .with_headers(headers),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let reply = wait_for(T, "the reply", || async {
+        messages(&host, "replies").await.into_iter().next()
+    })
+    .await;
+    let reply: serde_json::Value = serde_json::from_str(&reply.payload).unwrap();
+    assert_eq!(reply["enqueued_at_ms"], sent_at * 1000, "{reply}");
+    let headers = reply["headers"].as_array().unwrap();
+    assert!(headers.contains(&json!(["tenant", "acme"])), "{reply}");
+    assert!(headers.contains(&json!(["message-id", "m-1"])), "{reply}");
+    let _ = conn.close(200, "done").await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_load_loses_nothing_and_the_inbox_skips_redeliveries() {
     let mut node = RabbitNode::start().await.expect("a private node");
     let prefix = prefix();
