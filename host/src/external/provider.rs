@@ -4,7 +4,9 @@
 //! - a **producer** side ([`Provider::publish`]) taking envelopes and [`PublishOptions`];
 //! - a **consumer** side per queue ([`Consumer`]): `receive` hands out [`Delivery`]s with an
 //!   opaque [`Handle`], the body bytes, the broker's delivery count where it has one, and the
-//!   enqueued time and headers where it carries them; `ack`, `nack` and an optional `renew`;
+//!   enqueued time and headers where it carries them; `ack` and `nack`. A consumer whose
+//!   broker locks a delivery for a limited time renews the locks of the deliveries it handed
+//!   out itself, until they are acknowledged or handed back (it sees both);
 //! - [`Capabilities`]: what the broker does natively, so the host decides by capability,
 //!   never by provider name (a delay without native delay waits in the SQL queue; id
 //!   replacement or idempotency without support is a config error; attempts are counted by
@@ -239,13 +241,6 @@ pub trait Consumer: Send + Sync + 'static {
 
     /// Close the consumer after the last settlement (shutdown ends).
     async fn close(&self) {}
-
-    /// Extend the lease or lock of deliveries still being processed, where the broker has
-    /// a lock that can be renewed.
-    async fn renew(&self, handles: &[Handle]) -> Result<(), ProviderError> {
-        let _ = handles;
-        Ok(())
-    }
 }
 
 /// How much work an external queue holds, where the provider can tell.
