@@ -41,10 +41,12 @@ async fn enqueued_message_is_processed_by_the_guest() {
     })
     .await;
     let reply: serde_json::Value = serde_json::from_str(&replies[0].payload).unwrap();
-    assert_eq!(
-        reply,
-        json!({"seen": {"reply_to": "replies", "order": 7}, "attempt": 1})
-    );
+    assert_eq!(reply["seen"], json!({"reply_to": "replies", "order": 7}));
+    assert_eq!(reply["attempt"], 1);
+    // It also saw when the message was enqueued, and its (empty) headers.
+    let enqueued_at = reply["enqueued_at_ms"].as_i64().unwrap();
+    assert!(enqueued_at > 0 && enqueued_at <= m.processed_at_ms.unwrap(), "{reply}");
+    assert_eq!(reply["headers"], json!([]));
     host.shutdown().await;
 }
 

@@ -131,8 +131,7 @@ impl Source for SqlSource {
         // Held back for a provider: published, not run (a queue that is no longer external
         // runs them like any other message).
         let (deferred, leased): (Vec<_>, Vec<_>) = leased.into_iter().partition(|m| {
-            self.publish_to.is_some()
-                && m.headers.iter().any(|(k, _)| k == DEFERRED_PUBLISH_HEADER)
+            self.publish_to.is_some() && m.headers.iter().any(|(k, _)| k == DEFERRED_PUBLISH_HEADER)
         });
         if !deferred.is_empty() {
             self.publish_deferred(deferred).await;

@@ -6,6 +6,7 @@
 //! that feeds external deliveries into the one processing pipeline (moving failed and other
 //! non-pending messages into the SQL queue). Provider code lives in one submodule each.
 
+mod acker;
 mod activation;
 mod attempts;
 mod bridge;

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::acker::start_acker;
 use super::attempts::attempt_key;
 use super::{
     ActivationStore, AttemptCounter, Consumer, CountKind, Delivery, DeliveryCount, Envelope,
@@ -407,49 +408,4 @@ impl Source for ExternalSource {
             }
         }
     }
-}
-
-/// One task per queue acknowledging broker messages in batches, retrying a failed call a
-/// few times; answers whether each delivery was still held.
-fn start_acker(
-    consumer: Arc<dyn Consumer>,
-    queue: String,
-) -> mpsc::Sender<(Handle, oneshot::Sender<bool>)> {
-    const MAX_BATCH: usize = 512;
-    let (tx, mut rx) = mpsc::channel::<(Handle, oneshot::Sender<bool>)>(4 * MAX_BATCH);
-    tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        let mut failing = false;
-        while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            let (handles, replies): (Vec<_>, Vec<_>) = batch.drain(..).unzip();
-            let mut outcome = consumer.ack(&handles).await;
-            for delay_ms in [100, 400, 1600] {
-                if outcome.is_ok() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                outcome = consumer.ack(&handles).await;
-            }
-            match outcome {
-                Ok(held) => {
-                    if std::mem::take(&mut failing) {
-                        tracing::info!(%queue, "acknowledging broker messages works again");
-                    }
-                    for (reply, held) in replies.into_iter().zip(held) {
-                        let _ = reply.send(held);
-                    }
-                }
-                Err(e) => {
-                    if !failing {
-                        failing = true;
-                        tracing::error!(%queue, "cannot acknowledge broker messages; the broker delivers them again: {e}");
-                    }
-                    for reply in replies {
-                        let _ = reply.send(false);
-                    }
-                }
-            }
-        }
-    });
-    tx
 }

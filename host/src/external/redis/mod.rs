@@ -21,7 +21,9 @@
 //! task.
 
 mod bridge;
+mod connection;
 mod consumer;
+mod maintenance;
 mod scripts;
 
 use std::sync::Arc;
@@ -29,13 +31,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use bridge::RedisReadiness;
+pub(crate) use connection::Lazy;
 pub use consumer::RedisConsumer;
+pub use maintenance::Maintenance;
 pub use scripts::DIRECT_PRODUCER;
 
 use super::registry::{ProviderKind, SettingsError, parse_settings};
@@ -217,51 +220,6 @@ impl Keys {
     }
 }
 
-/// Open a reconnecting connection to `url`.
-pub(crate) async fn connect(
-    url: &str,
-    response_timeout: Duration,
-) -> Result<ConnectionManager, ProviderError> {
-    let client = redis::Client::open(url).map_err(error)?;
-    let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(response_timeout))
-        .set_number_of_retries(2);
-    ConnectionManager::new_with_config(client, config)
-        .await
-        .map_err(error)
-}
-
-/// A connection opened on first use (so a server that is down at start-up does not stop the
-/// host), then kept and reconnected by the connection manager.
-#[derive(Clone)]
-pub(crate) struct Lazy(Arc<LazyInner>);
-
-struct LazyInner {
-    url: String,
-    response_timeout: Duration,
-    cell: tokio::sync::OnceCell<ConnectionManager>,
-}
-
-impl Lazy {
-    pub(crate) fn new(url: &str, response_timeout: Duration) -> Self {
-        Lazy(Arc::new(LazyInner {
-            url: url.to_string(),
-            response_timeout,
-            cell: tokio::sync::OnceCell::new(),
-        }))
-    }
-
-    /// The connection, opening it first when needed.
-    pub(crate) async fn get(&self) -> Result<ConnectionManager, ProviderError> {
-        self.0
-            .cell
-            .get_or_try_init(|| connect(&self.0.url, self.0.response_timeout))
-            .await
-            .cloned()
-    }
-}
-
 /// Pending messages in Redis.
 pub struct RedisProvider {
     conn: Lazy,
@@ -287,12 +245,7 @@ impl RedisProvider {
 
     /// Its housekeeping (run by [`Provider::background`]).
     pub fn maintenance(&self) -> Maintenance {
-        Maintenance {
-            conn: self.conn.clone(),
-            prefix: self.settings.key_prefix.clone(),
-            promote: Script::new(scripts::PROMOTE_DUE),
-            return_expired: Script::new(scripts::RETURN_EXPIRED),
-        }
+        Maintenance::new(self.conn.clone(), &self.settings.key_prefix)
     }
 }
 
@@ -419,81 +372,5 @@ impl Provider for RedisProvider {
             .await
             .map_err(error)?;
         Ok(())
-    }
-}
-
-/// The Redis provider's own housekeeping: promoting due delayed messages (with their
-/// readiness record) and returning expired leases to the ready set (a host died holding
-/// them).
-#[derive(Clone)]
-pub struct Maintenance {
-    conn: Lazy,
-    prefix: String,
-    promote: Script,
-    return_expired: Script,
-}
-
-impl Maintenance {
-    /// Promote due delayed messages of `queue`; returns how many became ready.
-    pub async fn promote_due(&self, queue: &str) -> Result<u64, ProviderError> {
-        let keys = Keys::new(&self.prefix, queue);
-        self.promote
-            .key(&keys.delayed)
-            .key(&keys.ready)
-            .key(&keys.readiness)
-            .arg(now_ms().div_euclid(1000))
-            .arg(queue)
-            .arg(1000)
-            .invoke_async(&mut self.conn.get().await?)
-            .await
-            .map_err(error)
-    }
-
-    /// Return expired leases of `queue` to the ready set; returns how many.
-    pub async fn return_expired(&self, queue: &str) -> Result<u64, ProviderError> {
-        let keys = Keys::new(&self.prefix, queue);
-        self.return_expired
-            .key(&keys.ready)
-            .key(&keys.leases)
-            .key(&keys.leased)
-            .key(&keys.readiness)
-            .arg(now_ms())
-            .arg(1000)
-            .arg(queue)
-            .invoke_async(&mut self.conn.get().await?)
-            .await
-            .map_err(error)
-    }
-
-    /// Both, for every queue, every `interval` until `shutdown`.
-    async fn run(self, queues: Vec<String>, interval: Duration, shutdown: CancellationToken) {
-        let mut failing = false;
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
-            }
-            for queue in &queues {
-                let done = match self.promote_due(queue).await {
-                    Ok(_) => self.return_expired(queue).await,
-                    Err(e) => Err(e),
-                };
-                match done {
-                    Ok(n) => {
-                        if n > 0 {
-                            tracing::warn!(%queue, provider = KIND, count = n, "returned messages whose lease expired");
-                        }
-                        if std::mem::take(&mut failing) {
-                            tracing::info!(%queue, provider = KIND, "delayed-message promotion works again");
-                        }
-                    }
-                    Err(e) if !failing => {
-                        failing = true;
-                        tracing::warn!(%queue, provider = KIND, "promoting delayed messages failed, retrying: {e}");
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
     }
 }
