@@ -45,7 +45,10 @@ async fn enqueued_message_is_processed_by_the_guest() {
     assert_eq!(reply["attempt"], 1);
     // It also saw when the message was enqueued, and its (empty) headers.
     let enqueued_at = reply["enqueued_at_ms"].as_i64().unwrap();
-    assert!(enqueued_at > 0 && enqueued_at <= m.processed_at_ms.unwrap(), "{reply}");
+    assert!(
+        enqueued_at > 0 && enqueued_at <= m.processed_at_ms.unwrap(),
+        "{reply}"
+    );
     assert_eq!(reply["headers"], json!([]));
     host.shutdown().await;
 }

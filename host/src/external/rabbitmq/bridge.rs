@@ -97,14 +97,20 @@ impl ReadinessBridge for RabbitReadiness {
 
     async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError> {
         let session = self.subscriber.session().await?;
-        for tag in notifications.iter().filter_map(|n| n.handle.get::<Tag>()) {
-            if tag.generation == session.generation {
-                session
-                    .channel
-                    .basic_ack(tag.tag, BasicAckOptions::default())
-                    .await
-                    .map_err(super::error)?;
-            }
+        // Every earlier delivery of this session was acknowledged with an earlier batch, so
+        // one cumulative acknowledgement up to the highest tag covers exactly this batch.
+        let highest = notifications
+            .iter()
+            .filter_map(|n| n.handle.get::<Tag>())
+            .filter(|t| t.generation == session.generation)
+            .map(|t| t.tag)
+            .max();
+        if let Some(tag) = highest {
+            session
+                .channel
+                .basic_ack(tag, BasicAckOptions { multiple: true })
+                .await
+                .map_err(super::error)?;
         }
         self.handed_out.lock().expect("handed out").clear();
         Ok(())
