@@ -651,6 +651,22 @@ pub async fn a_future_enqueue_runs_when_due_and_once<H: Harness>() {
     })
     .await;
     assert!(now_ms() >= due - 1_000, "not long before its time");
+    if !caps.delay {
+        // The host published it into the broker (the broker's consumer ran it), not the guest
+        // from SQL.
+        let held = wait_for(T, "the held message to be completed", || async {
+            messages(&host, "export_order")
+                .await
+                .into_iter()
+                .find(|m| m.status == Status::Processed)
+        })
+        .await;
+        assert_eq!(
+            held.outcome.as_deref(),
+            Some("published into provider `main`"),
+            "{held:?}"
+        );
+    }
     wait_empty(&h, "export_order").await;
     // Give a second publication (there must be none) the chance to show up.
     host.router
