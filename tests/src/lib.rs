@@ -315,8 +315,9 @@ pub async fn rabbitmq_queue_counts(node: Option<&str>, queue: &str) -> (u64, u64
         .unwrap_or((0, 0))
 }
 
-/// The `wharf` binary next to the running test binary (built with the tests by
-/// `cargo xtask test`).
+/// The `wharf` binary next to the running test binary. `cargo xtask test` (the whole
+/// workspace) builds it with the tests; `cargo nextest run -p wharf-tests` alone does not
+/// rebuild it, so run `cargo build -p wharf-host --bin wharf` first then.
 pub fn wharf_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let path = exe
