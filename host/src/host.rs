@@ -218,6 +218,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
                 sql_wake: sql_wake.clone(),
                 wake: external_runtime.wakes[name].clone(),
                 poll_interval: config.storage.poll_interval,
+                health: external_runtime.health[&route.name].clone(),
             });
             workers.push(tokio::spawn(pipeline(inbox.clone()).run(
                 source,

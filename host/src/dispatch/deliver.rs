@@ -225,9 +225,16 @@ pub(crate) async fn process<S: Source>(
     finish(&shared, seq, work.handle, verdict).await;
 }
 
-async fn finish<S: Source>(shared: &Shared<S>, seq: u64, handle: S::Handle, verdict: Verdict) {
-    shared.source.settle(handle, verdict).await;
+/// Settle in a task of its own that the end of the shutdown grace does not abort: a
+/// settlement cut in half (moved into SQL, not yet acknowledged) would leave the message in
+/// two places. Once settling, the message is no longer handed back at shutdown.
+async fn finish<S: Source>(shared: &Arc<Shared<S>>, seq: u64, handle: S::Handle, verdict: Verdict) {
     shared.in_flight.lock().expect("in-flight set").remove(&seq);
+    let settling = shared.clone();
+    let task = shared
+        .settling
+        .spawn(async move { settling.source.settle(handle, verdict).await });
+    let _ = task.await;
 }
 
 fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {

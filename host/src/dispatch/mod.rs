@@ -136,6 +136,8 @@ pub(crate) struct Shared<S: Source> {
     pub(crate) source: S,
     /// Messages being processed, by a sequence number, for the release at shutdown.
     pub(crate) in_flight: Mutex<HashMap<u64, S::Handle>>,
+    /// Settlements under way (never aborted).
+    pub(crate) settling: tokio_util::task::TaskTracker,
 }
 
 impl Pipeline {
@@ -147,6 +149,7 @@ impl Pipeline {
             pipeline: self,
             source,
             in_flight: Mutex::new(HashMap::new()),
+            settling: tokio_util::task::TaskTracker::new(),
         });
         let p = &shared.pipeline;
         let slots = Arc::new(Semaphore::new(concurrency));
@@ -260,6 +263,13 @@ impl Pipeline {
             tasks.abort_all();
             while tasks.join_next().await.is_some() {}
         }
+        shared.settling.close();
+        if tokio::time::timeout(SETTLING_GRACE, shared.settling.wait())
+            .await
+            .is_err()
+        {
+            tracing::error!(queue = %shared.pipeline.name, provider = shared.source.provider(), "settlements still running {SETTLING_GRACE:?} after the grace period; their messages return by lease expiry or redelivery");
+        }
         let leftover: Vec<S::Handle> = shared
             .in_flight
             .lock()
@@ -274,6 +284,9 @@ impl Pipeline {
         shared.source.finish().await;
     }
 }
+
+/// How long settlements already under way may still take after the grace period.
+const SETTLING_GRACE: Duration = Duration::from_secs(10);
 
 /// Longest a busy queue waits for more free slots before receiving.
 const GATHER: Duration = Duration::from_millis(2);

@@ -89,12 +89,15 @@ impl SqlSource {
                 }
             }
         };
-        for m in due {
+        // Settled together (one group round trip); a settlement that fails lets the lease
+        // expire and the message is published again (at least once).
+        let settlements = due.iter().map(|m| {
             let mut settlement = Settlement::new(m.lease, disposition.clone());
             settlement.keep_processed = self.config.retention.count != Some(0);
             settlement.outcome = Some(format!("published into provider `{provider_name}`"));
-            let _ = self.settler.settle(settlement).await;
-        }
+            self.settler.settle(settlement)
+        });
+        futures_util::future::join_all(settlements).await;
     }
 }
 
@@ -119,23 +122,35 @@ impl Source for SqlSource {
                 endpoint: binding.endpoint.clone(),
             })
         });
-        let leased = match &probe {
-            Some(probe) => {
-                self.store
-                    .lease_checking_inbox(&self.name, max, lease_ms, probe)
-                    .await
+        let leased = loop {
+            let leased = match &probe {
+                Some(probe) => {
+                    self.store
+                        .lease_checking_inbox(&self.name, max, lease_ms, probe)
+                        .await
+                }
+                None => self.store.lease(&self.name, max, lease_ms).await,
             }
-            None => self.store.lease(&self.name, max, lease_ms).await,
-        }
-        .map_err(|e| e.to_string())?;
-        // Held back for a provider: published, not run (a queue that is no longer external
-        // runs them like any other message).
-        let (deferred, leased): (Vec<_>, Vec<_>) = leased.into_iter().partition(|m| {
-            self.publish_to.is_some() && m.headers.iter().any(|(k, _)| k == DEFERRED_PUBLISH_HEADER)
-        });
-        if !deferred.is_empty() {
+            .map_err(|e| e.to_string())?;
+            // Held back for a provider: published, not run (a queue that is no longer
+            // external runs them like any other message).
+            let (deferred, leased): (Vec<_>, Vec<_>) = leased.into_iter().partition(|m| {
+                self.publish_to.is_some()
+                    && m.headers.iter().any(|(k, _)| k == DEFERRED_PUBLISH_HEADER)
+            });
+            if deferred.is_empty() || !leased.is_empty() {
+                if !deferred.is_empty() {
+                    self.publish_deferred(deferred).await;
+                }
+                break leased;
+            }
+            // Only publications: go on while there are more (a backlog drains at once).
+            let full = deferred.len() as u32 == max;
             self.publish_deferred(deferred).await;
-        }
+            if !full {
+                break Vec::new();
+            }
+        };
         let max_attempts = self.config.max_attempts;
         Ok(leased
             .into_iter()

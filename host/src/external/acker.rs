@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Consumer, Handle};
+use super::{Consumer, Handle, ProviderHealth};
 
 /// One task per queue acknowledging broker messages in batches, retrying a failed call a
 /// few times; answers whether each delivery was still held.
 pub(super) fn start_acker(
     consumer: Arc<dyn Consumer>,
     queue: String,
+    health: Arc<ProviderHealth>,
 ) -> mpsc::Sender<(Handle, oneshot::Sender<bool>)> {
+    let part = format!("acknowledgements of queue `{queue}`");
     const MAX_BATCH: usize = 512;
     let (tx, mut rx) = mpsc::channel::<(Handle, oneshot::Sender<bool>)>(4 * MAX_BATCH);
     tokio::spawn(async move {
@@ -34,6 +36,7 @@ pub(super) fn start_acker(
                 Ok(held) => {
                     if std::mem::take(&mut failing) {
                         tracing::info!(%queue, "acknowledging broker messages works again");
+                        health.part_succeeded(&part);
                     }
                     for (reply, held) in replies.into_iter().zip(held) {
                         let _ = reply.send(held);
@@ -44,6 +47,7 @@ pub(super) fn start_acker(
                         failing = true;
                         tracing::error!(%queue, "cannot acknowledge broker messages; the broker delivers them again: {e}");
                     }
+                    health.part_failed_quietly(&part, e.to_string());
                     for reply in replies {
                         let _ = reply.send(false);
                     }

@@ -186,6 +186,11 @@ pub struct Delivery {
     pub body: bytes::Bytes,
     /// The broker's count.
     pub count: DeliveryCount,
+    /// A stable identity of this message in the broker, the same on every redelivery and
+    /// different for every message (Kafka: topic, partition and offset; RabbitMQ: the id
+    /// Wharf publishes with). Where the broker does not count deliveries the host counts them
+    /// under it; without one, under the MessageId or the body's SHA-256.
+    pub identity: Option<String>,
     /// When the broker says it was enqueued (Unix ms).
     pub enqueued_at_ms: Option<i64>,
     /// Broker properties and producer headers, as text.
@@ -223,6 +228,14 @@ pub trait Consumer: Send + Sync + 'static {
     /// consumers never resolve.
     async fn pushed(&self) {
         std::future::pending::<()>().await
+    }
+
+    /// Whether `handle` is still held (its lease, lock or channel not gone), as far as the
+    /// consumer knows without asking the broker. Checked before a message is moved into the
+    /// SQL queue, so a delivery the broker already took back is not also kept there.
+    fn holds(&self, handle: &Handle) -> bool {
+        let _ = handle;
+        true
     }
 
     /// Remove deliveries for good (processed, or moved into the SQL queue). Returns, per

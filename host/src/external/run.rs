@@ -21,6 +21,8 @@ use crate::config::{Config, QueueStorage};
 pub struct ExternalRuntime {
     /// Raised when a queue is activated in this process.
     pub wakes: BTreeMap<String, Arc<Notify>>,
+    /// The readiness health of each provider that serves a queue.
+    pub health: BTreeMap<String, Arc<ProviderHealth>>,
     /// The bridge, background and reconciliation tasks.
     pub tasks: Vec<JoinHandle<()>>,
 }
@@ -58,6 +60,7 @@ pub async fn start(
         }
     });
     let mut tasks = Vec::new();
+    let mut states = BTreeMap::new();
     for (name, provider) in providers.iter() {
         let check = format!("external_queue_readiness_{name}");
         let mine: Vec<String> = queues
@@ -83,6 +86,7 @@ pub async fn start(
         let bridge = provider.readiness(&mine).await.map_err(failed)?;
         let state = Arc::new(ProviderHealth::not_started(name));
         health.register(check, state.clone());
+        states.insert(name.clone(), state.clone());
         tasks.push(tokio::spawn(run_bridge(
             (!prepared).then(|| provider.clone()),
             bridge,
@@ -113,5 +117,9 @@ pub async fn start(
             shutdown.clone(),
         )));
     }
-    Ok(ExternalRuntime { wakes, tasks })
+    Ok(ExternalRuntime {
+        wakes,
+        health: states,
+        tasks,
+    })
 }

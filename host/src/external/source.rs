@@ -18,7 +18,7 @@ use super::acker::start_acker;
 use super::attempts::attempt_key;
 use super::{
     ActivationStore, AttemptCounter, Consumer, CountKind, Delivery, DeliveryCount, Envelope,
-    Handle, Nack,
+    Handle, Nack, ProviderHealth,
 };
 use crate::config::QueueConfig;
 use crate::dispatch::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Source, Verdict, Work};
@@ -30,8 +30,25 @@ pub struct Item {
     handle: Handle,
     body: bytes::Bytes,
     envelope: Option<Envelope>,
-    /// The host's redelivery-count key, when the host counted this delivery.
-    counted: Option<String>,
+    /// The key the host counts this message's deliveries under.
+    key: String,
+    /// Whether the host counted this delivery (its count is forgotten on settlement).
+    counted: bool,
+    /// Whether handing it back forgives one count (the broker flags or counts nothing, so
+    /// the next delivery would be counted as an attempt).
+    forgive: bool,
+}
+
+/// The key the host counts a message's deliveries under: the broker's identity of the
+/// message, or its MessageId, or its body's SHA-256.
+fn counting_key(delivery: &Delivery, envelope: Option<&Envelope>) -> String {
+    match &delivery.identity {
+        Some(identity) => format!("delivery:{identity}"),
+        None => attempt_key(
+            envelope.and_then(|e| e.message_id.as_deref()),
+            &delivery.body,
+        ),
+    }
 }
 
 /// One external queue.
@@ -48,6 +65,9 @@ pub struct ExternalSource {
     sql_wake: Arc<Notify>,
     wake: Arc<Notify>,
     poll_interval: Duration,
+    health: Arc<ProviderHealth>,
+    /// How the health check names this queue's consumer.
+    part: String,
     acks: mpsc::Sender<(Handle, oneshot::Sender<bool>)>,
 }
 
@@ -77,13 +97,20 @@ pub struct ExternalParts {
     pub wake: Arc<Notify>,
     /// How often it looks for activations made by other hosts.
     pub poll_interval: Duration,
+    /// The provider's readiness health, which failing receives and acknowledgements turn red.
+    pub health: Arc<ProviderHealth>,
 }
 
 impl ExternalSource {
     /// Assemble the source (and start its acknowledgement task).
     pub fn new(parts: ExternalParts) -> Self {
-        let acks = start_acker(parts.consumer.clone(), parts.name.to_string());
+        let acks = start_acker(
+            parts.consumer.clone(),
+            parts.name.to_string(),
+            parts.health.clone(),
+        );
         ExternalSource {
+            part: format!("consumer of queue `{}`", parts.name),
             name: parts.name,
             provider: parts.provider,
             kind: parts.kind,
@@ -96,6 +123,7 @@ impl ExternalSource {
             sql_wake: parts.sql_wake,
             wake: parts.wake,
             poll_interval: parts.poll_interval,
+            health: parts.health,
             acks,
         }
     }
@@ -110,10 +138,7 @@ impl ExternalSource {
         let mut out: Vec<(u32, Option<String>)> = vec![(1, None); deliveries.len()];
         let mut counted: Vec<(usize, String, u32)> = Vec::new();
         for (i, (d, e)) in deliveries.iter().enumerate() {
-            let key = || {
-                let id = e.as_ref().and_then(|e| e.message_id.as_deref());
-                attempt_key(id, &d.body)
-            };
+            let key = || counting_key(d, e.as_ref());
             match d.count {
                 DeliveryCount::Exact(n) => out[i].0 = n.max(1),
                 DeliveryCount::Redelivered(false) => {}
@@ -150,10 +175,10 @@ impl ExternalSource {
             return false;
         }
         let held = rx.await.unwrap_or(false);
-        if held && let Some(key) = &item.counted {
+        if held && item.counted {
             let _ = self
                 .attempts
-                .forget(&self.name, std::slice::from_ref(key))
+                .forget(&self.name, std::slice::from_ref(&item.key))
                 .await;
         }
         held
@@ -170,6 +195,10 @@ impl ExternalSource {
         error: Option<String>,
         attempt: u32,
     ) {
+        if !self.consumer.holds(&item.handle) {
+            tracing::warn!(queue = %self.name, provider = %self.provider, "the broker took the message back before it was moved into the SQL queue: it is delivered again instead");
+            return;
+        }
         let envelope = item.envelope.as_ref();
         let body = String::from_utf8_lossy(&item.body).into_owned();
         let payload = match envelope {
@@ -230,8 +259,13 @@ impl Source for ExternalSource {
         inbox: Option<&InboxBinding>,
     ) -> Result<Vec<Work<Arc<Item>>>, String> {
         let deliveries = match self.consumer.receive(max).await {
-            Ok(d) => d,
+            Ok(d) => {
+                self.health.part_succeeded(&self.part);
+                d
+            }
             Err(e) => {
+                // The pipeline logs the outage once.
+                self.health.part_failed_quietly(&self.part, e.to_string());
                 // Keep the queue activated so the work is picked up once the broker answers.
                 let _ = self.activations.request(&[self.name.to_string()]).await;
                 return Err(e.to_string());
@@ -282,6 +316,9 @@ impl Source for ExternalSource {
                 if inbox.is_some() && id.is_none() && invalid.is_none() {
                     tracing::warn!(queue = %self.name, provider = %self.provider, "inbox bypassed: the envelope has no MessageId; the handler runs without deduplication");
                 }
+                let key = counted
+                    .clone()
+                    .unwrap_or_else(|| counting_key(&delivery, envelope.as_ref()));
                 let message = Message {
                     queue: self.name.to_string(),
                     id: id.clone(),
@@ -298,10 +335,12 @@ impl Source for ExternalSource {
                 };
                 Work {
                     handle: Arc::new(Item {
+                        key,
+                        counted: counted.is_some(),
+                        forgive: self.counts != CountKind::Exact,
                         handle: delivery.handle,
                         body: delivery.body,
                         envelope,
-                        counted,
                     }),
                     message,
                     decided,
@@ -366,10 +405,14 @@ impl Source for ExternalSource {
                     .ok()
                     .and_then(|text| Envelope::parse(text).ok());
                 Arc::new(Item {
+                    key: counting_key(&d, envelope.as_ref()),
+                    counted: false,
+                    // Never handed out: a redelivered one was not counted by this host, so
+                    // only a first delivery's flagged return needs forgiving.
+                    forgive: d.count == DeliveryCount::Redelivered(false),
                     handle: d.handle,
                     body: d.body,
                     envelope,
-                    counted: None,
                 })
             })
             .collect();
@@ -381,15 +424,13 @@ impl Source for ExternalSource {
     }
 
     async fn release(&self, items: Vec<Arc<Item>>) {
-        if self.counts != CountKind::Exact {
-            // The broker flags the next delivery as a redelivery: it is not an attempt.
-            let keys: Vec<String> = items
-                .iter()
-                .map(|i| {
-                    let id = i.envelope.as_ref().and_then(|e| e.message_id.as_deref());
-                    attempt_key(id, &i.body)
-                })
-                .collect();
+        let keys: Vec<String> = items
+            .iter()
+            .filter(|i| i.forgive)
+            .map(|i| i.key.clone())
+            .collect();
+        if !keys.is_empty() {
+            // The broker flags (or does not count) the next delivery: it is not an attempt.
             if let Err(e) = self.attempts.forgive(&self.name, &keys).await {
                 tracing::warn!(queue = %self.name, provider = %self.provider, "could not note the hand-back; the next delivery counts as an attempt: {e}");
             }

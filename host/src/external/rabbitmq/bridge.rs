@@ -90,7 +90,7 @@ impl ReadinessBridge for RabbitReadiness {
     }
 
     async fn close(&self) {
-        if let Some(session) = self.subscriber.current().await {
+        if let Some(session) = self.subscriber.current() {
             session.close().await;
         }
     }

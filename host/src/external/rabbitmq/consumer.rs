@@ -48,10 +48,15 @@ impl RabbitConsumer {
         let properties = &d.properties;
         let mut headers = Vec::new();
         let mut delivery_count = None;
+        let mut identity = None;
         if let Some(table) = properties.headers() {
             for (key, value) in table.inner() {
                 if key.as_str() == "x-delivery-count" {
                     delivery_count = as_u64(value);
+                    continue;
+                }
+                if key.as_str() == super::IDENTITY_HEADER {
+                    identity = as_text(value);
                     continue;
                 }
                 if let Some(text) = as_text(value) {
@@ -74,6 +79,7 @@ impl RabbitConsumer {
             }),
             body: d.data.into(),
             count,
+            identity,
             enqueued_at_ms: properties.timestamp().map(|s| s as i64 * 1000),
             headers,
         }
@@ -114,17 +120,17 @@ impl Consumer for RabbitConsumer {
 
     async fn pushed(&self) {
         loop {
-            match self.subscriber.current().await {
+            match self.subscriber.current() {
                 Some(session) if session.has_buffered() => return,
                 Some(session) => session.arrived.notified().await,
-                // Not consuming (not opened yet, or broken): receive reopens it.
-                None => return std::future::pending().await,
+                // Not consuming (not opened yet, or the connection broke): `receive` reopens.
+                None => return,
             }
         }
     }
 
     async fn stop(&self) -> Vec<Delivery> {
-        let Some(session) = self.subscriber.current().await else {
+        let Some(session) = self.subscriber.current() else {
             return Vec::new();
         };
         session
@@ -136,13 +142,20 @@ impl Consumer for RabbitConsumer {
     }
 
     async fn close(&self) {
-        if let Some(session) = self.subscriber.current().await {
+        if let Some(session) = self.subscriber.current() {
             session.close().await;
         }
     }
 
+    fn holds(&self, handle: &Handle) -> bool {
+        match (handle.get::<Tag>(), self.subscriber.current()) {
+            (Some(tag), Some(session)) => tag.generation == session.generation,
+            _ => false,
+        }
+    }
+
     async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError> {
-        let Some(session) = self.subscriber.current().await else {
+        let Some(session) = self.subscriber.current() else {
             return Ok(vec![false; handles.len()]);
         };
         let acks = handles.iter().map(|h| {
@@ -167,7 +180,7 @@ impl Consumer for RabbitConsumer {
     }
 
     async fn nack(&self, handles: &[Handle], nack: Nack) -> Result<(), ProviderError> {
-        let Some(session) = self.subscriber.current().await else {
+        let Some(session) = self.subscriber.current() else {
             return Ok(()); // the broker already took them back
         };
         let options = BasicNackOptions {

@@ -57,13 +57,27 @@ pub(crate) fn error(e: lapin::Error) -> ProviderError {
     ProviderError::with_source(KIND, kind, e)
 }
 
+/// The header carrying the identity Wharf publishes every message with (unique per
+/// message, the same on redeliveries): the host counts redeliveries under it.
+pub const IDENTITY_HEADER: &str = "wharf-message-key";
+
+/// Longest a connection attempt may take (a broker that does not answer at all).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Connect to `url`, on the tokio runtime, named `name` in the broker's connection list.
 pub(crate) async fn connect(url: &str, name: &str) -> Result<Connection, ProviderError> {
     let properties = lapin::ConnectionProperties::default()
         .with_connection_name(name.into())
         .with_executor(tokio_executor_trait::Tokio::current())
         .with_reactor(tokio_reactor_trait::Tokio::current());
-    Connection::connect(url, properties).await.map_err(error)
+    match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(url, properties)).await {
+        Ok(connected) => connected.map_err(error),
+        Err(_) => Err(ProviderError::new(
+            KIND,
+            ErrorKind::Timeout,
+            format!("no answer within {CONNECT_TIMEOUT:?}"),
+        )),
+    }
 }
 
 /// The connection and confirm-mode channel publications and declarations use, reopened
@@ -151,8 +165,14 @@ impl RabbitProvider {
     }
 
     fn properties(&self, envelope: &Envelope) -> BasicProperties {
+        let mut headers = FieldTable::default();
+        headers.insert(
+            IDENTITY_HEADER.into(),
+            AMQPValue::LongString(format!("{:032x}", rand::random::<u128>()).into()),
+        );
         let mut properties = BasicProperties::default()
             .with_delivery_mode(2)
+            .with_headers(headers)
             .with_content_type(ShortString::from("application/json"))
             .with_timestamp(now_ms().div_euclid(1000) as u64);
         if let Some(id) = &envelope.message_id {

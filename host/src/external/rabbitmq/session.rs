@@ -105,7 +105,10 @@ pub(super) struct Subscriber {
     name: String,
     queues: Vec<String>,
     prefetch: u16,
-    current: Mutex<Option<Arc<Session>>>,
+    /// The session now (read without waiting, also while a new one is being opened).
+    current: std::sync::Mutex<Option<Arc<Session>>>,
+    /// Held while a session is being opened.
+    opening: Mutex<()>,
     generations: AtomicU64,
 }
 
@@ -117,37 +120,50 @@ impl Subscriber {
             name,
             queues,
             prefetch,
-            current: Mutex::new(None),
+            current: std::sync::Mutex::new(None),
+            opening: Mutex::new(()),
             generations: AtomicU64::new(0),
         }
     }
 
     /// The session now, if one is open and not broken.
-    pub async fn current(&self) -> Option<Arc<Session>> {
-        let current = self.current.lock().await;
+    pub fn current(&self) -> Option<Arc<Session>> {
+        let current = self.current.lock().expect("current session");
         current.as_ref().filter(|s| s.broken().is_none()).cloned()
     }
 
     /// The open session, or a new one. A broken session is reported once (as an error) and
     /// replaced on the next call.
     pub async fn session(&self) -> Result<Arc<Session>, ProviderError> {
-        let mut current = self.current.lock().await;
-        if let Some(session) = &*current {
-            match session.broken() {
-                None => return Ok(session.clone()),
-                Some(reason) => {
-                    *current = None;
-                    return Err(ProviderError::new(
-                        super::KIND,
-                        ErrorKind::Unavailable,
-                        format!("the consuming connection was lost: {reason}"),
-                    ));
-                }
-            }
+        if let Some(session) = self.take_broken()? {
+            return Ok(session);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(session) = self.current() {
+            return Ok(session);
         }
         let session = self.open().await?;
-        *current = Some(session.clone());
+        *self.current.lock().expect("current session") = Some(session.clone());
         Ok(session)
+    }
+
+    /// The live session; an error (once) for a broken one, which is dropped.
+    fn take_broken(&self) -> Result<Option<Arc<Session>>, ProviderError> {
+        let mut current = self.current.lock().expect("current session");
+        let Some(session) = &*current else {
+            return Ok(None);
+        };
+        match session.broken() {
+            None => Ok(Some(session.clone())),
+            Some(reason) => {
+                *current = None;
+                Err(ProviderError::new(
+                    super::KIND,
+                    ErrorKind::Unavailable,
+                    format!("the consuming connection was lost: {reason}"),
+                ))
+            }
+        }
     }
 
     async fn open(&self) -> Result<Arc<Session>, ProviderError> {

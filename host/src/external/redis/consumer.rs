@@ -18,6 +18,8 @@ use crate::queue::now_ms;
 struct Lease {
     token: String,
     message_id: Option<String>,
+    /// When the lease ends (Unix ms).
+    deadline_ms: i64,
 }
 
 /// Only the MessageId of an envelope.
@@ -60,6 +62,7 @@ impl RedisConsumer {
 impl Consumer for RedisConsumer {
     async fn receive(&self, max: u32) -> Result<Vec<Delivery>, ProviderError> {
         let keys = &self.keys;
+        let deadline_ms = now_ms() + self.lease.as_millis() as i64;
         let flat: Vec<redis::Value> = self
             .lease_script
             .key(&keys.ready)
@@ -68,7 +71,7 @@ impl Consumer for RedisConsumer {
             .key(&keys.attempts)
             .key(&keys.lease_seq)
             .arg(max)
-            .arg(now_ms() + self.lease.as_millis() as i64)
+            .arg(deadline_ms)
             .invoke_async(&mut self.conn.get().await?)
             .await
             .map_err(error)?;
@@ -87,14 +90,25 @@ impl Consumer for RedisConsumer {
                 .ok()
                 .and_then(|e| e.message_id);
             out.push(Delivery {
-                handle: Handle::new(Lease { token, message_id }),
+                handle: Handle::new(Lease {
+                    token,
+                    message_id,
+                    deadline_ms,
+                }),
                 body: body.into(),
                 count: DeliveryCount::Exact(attempt),
+                identity: None,
                 enqueued_at_ms: None,
                 headers: Vec::new(),
             });
         }
         Ok(out)
+    }
+
+    fn holds(&self, handle: &Handle) -> bool {
+        handle
+            .get::<Lease>()
+            .is_some_and(|lease| now_ms() < lease.deadline_ms)
     }
 
     async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError> {
