@@ -216,6 +216,86 @@ async fn the_guest_sees_the_enqueue_time_and_headers_the_broker_carries() {
     host.shutdown().await;
 }
 
+/// The broker's ids of the connections named `name`.
+async fn connections_named(name: &str) -> Vec<String> {
+    let out = tokio::process::Command::new("rabbitmqctl")
+        .args(["-q", "list_connections", "pid", "client_properties"])
+        .output()
+        .await
+        .expect("rabbitmqctl runs");
+    let wanted = format!("{{\"connection_name\",\"{name}\"}}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| line.contains(&wanted))
+        .filter_map(|line| line.split('\t').next().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_processing_connection_turns_health_red_and_reconnects_while_idle() {
+    let prefix = prefix();
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&config(&amqp_url(), &prefix, "")).await;
+    let name = "wharf rmq export_order";
+    let before = wait_for(T, "the processing connection", || async {
+        let found = connections_named(name).await;
+        (found.len() == 1 && readiness(&host, "rmq").await).then_some(found)
+    })
+    .await;
+    // Watch the health check from now on: it must go red at least once.
+    let went_red = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (health, went_red) = (host.health.clone(), went_red.clone());
+        tokio::spawn(async move {
+            loop {
+                let (_, checks) = health.report().await;
+                if !checks["external_queue_readiness_rmq"].healthy {
+                    went_red.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let closed = tokio::process::Command::new("rabbitmqctl")
+        .args(["close_connection", &before[0], "test: connection lost"])
+        .status()
+        .await
+        .unwrap();
+    assert!(closed.success());
+    // Nothing is published: the idle queue reconnects by itself.
+    wait_for(T, "a new processing connection", || async {
+        let now = connections_named(name).await;
+        (now.len() == 1 && now != before).then_some(())
+    })
+    .await;
+    wait_for(T, "the health check to have gone red", || async {
+        went_red
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then_some(())
+    })
+    .await;
+    watcher.abort();
+    wait_for(T, "the health check to be green again", || async {
+        readiness(&host, "rmq").await.then_some(())
+    })
+    .await;
+    let body = Envelope::new(json!({"reply_to": "replies", "n": 1}).to_string(), None, 0);
+    amqp_publish(
+        &amqp_url(),
+        &names(&prefix, "export_order").exchange,
+        "",
+        body.to_json().as_bytes(),
+    )
+    .await;
+    wait_for(T, "the reply", || async {
+        (seen(&host).await.get(&1) == Some(&1)).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_load_loses_nothing_and_the_inbox_skips_redeliveries() {
     let mut node = RabbitNode::start().await.expect("a private node");
