@@ -135,6 +135,15 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
             .context("opening the activation store (external_activations)")?;
     let attempts: Arc<dyn AttemptCounter> = Arc::new(SqlAttempts::beside(&sql_activations));
     let activations: Arc<dyn ActivationStore> = Arc::new(sql_activations);
+    if !external::external_queues(&config).is_empty() {
+        // Counts of messages settled elsewhere (or gone) are kept a week, then deleted.
+        background.push(tokio::spawn(external::run_purge(
+            attempts.clone(),
+            std::time::Duration::from_secs(7 * 24 * 3600),
+            std::time::Duration::from_secs(3600),
+            shutdown.clone(),
+        )));
+    }
     let external_runtime =
         external::start(&config, &providers, activations.clone(), &health, &shutdown)
             .await

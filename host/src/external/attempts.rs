@@ -23,6 +23,29 @@ pub trait AttemptCounter: Send + Sync + 'static {
     /// The next redelivery of each of `keys` is not an attempt (the host handed the message
     /// back itself, at shutdown).
     async fn forgive(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error>;
+    /// Delete counts untouched since `before_ms` (messages settled elsewhere, or gone).
+    /// Returns how many.
+    async fn purge(&self, before_ms: i64) -> Result<u64, sqlx::Error>;
+}
+
+/// Delete counts untouched for `max_age`, every `interval`, until `shutdown`.
+pub async fn run_purge(
+    counter: std::sync::Arc<dyn AttemptCounter>,
+    max_age: std::time::Duration,
+    interval: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        match counter.purge(now_ms() - max_age.as_millis() as i64).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(count = n, "deleted stale delivery counts"),
+            Err(e) => tracing::debug!("deleting stale delivery counts failed: {e}"),
+        }
+    }
 }
 
 /// The key a message is counted under: its MessageId, or the SHA-256 of its body.
@@ -126,6 +149,26 @@ impl AttemptCounter for SqlAttempts {
             }
         }
         Ok(())
+    }
+
+    async fn purge(&self, before_ms: i64) -> Result<u64, sqlx::Error> {
+        let done = match self {
+            SqlAttempts::Sqlite(pool) => {
+                sqlx::query("DELETE FROM external_attempts WHERE updated_at_ms < ?1")
+                    .bind(before_ms)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
+            SqlAttempts::Postgres(pool) => {
+                sqlx::query("DELETE FROM external_attempts WHERE updated_at_ms < $1")
+                    .bind(before_ms)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+            }
+        };
+        Ok(done)
     }
 
     async fn forget(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error> {

@@ -24,7 +24,7 @@ mod source;
 use async_trait::async_trait;
 
 pub use activation::{ActivationStore, SqlActivations};
-pub use attempts::{AttemptCounter, SqlAttempts, attempt_key};
+pub use attempts::{AttemptCounter, SqlAttempts, attempt_key, run_purge};
 pub use bridge::run_bridge;
 pub use envelope::{Envelope, EnvelopeError};
 pub use health::ProviderHealth;
