@@ -173,7 +173,9 @@ pub enum DeliveryCount {
     Exact(u32),
     /// Whether it was delivered before.
     Redelivered(bool),
-    /// Unknown.
+    /// Unknown: the host counts every delivery durably (one write each). A broker that can
+    /// tell a replay (Kafka: an offset below the position a partition was assigned at)
+    /// should report [`DeliveryCount::Redelivered`] instead, so only replays are written.
     Unknown,
 }
 
@@ -224,8 +226,12 @@ pub trait Consumer: Send + Sync + 'static {
     /// Up to `max` deliveries available now (a pull may wait briefly); empty when none.
     async fn receive(&self, max: u32) -> Result<Vec<Delivery>, ProviderError>;
 
-    /// Resolves when deliveries arrived without being asked for (push brokers). Pull
-    /// consumers never resolve.
+    /// Resolves when deliveries arrived without being asked for (push brokers), or when the
+    /// consumer is not consuming (so that `receive` reconnects). A consumer that must keep
+    /// polling to stay in its group (Kafka) runs its own poll loop, buffers, and reports
+    /// itself here like a push broker; it handles partition revocation itself (acknowledges
+    /// what is settled, and reports deliveries of revoked partitions as no longer held).
+    /// Pure pull consumers never resolve.
     async fn pushed(&self) {
         std::future::pending::<()>().await
     }
