@@ -216,6 +216,73 @@ async fn the_guest_sees_the_enqueue_time_and_headers_the_broker_carries() {
     host.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_hands_back_what_the_broker_pushed_ahead_without_counting_it() {
+    let prefix = prefix();
+    let n = names(&prefix, "export_order");
+    let dir = TestDir::new();
+    dir.deploy("spin", "spin");
+    // One message runs at a time, the broker pushes up to five ahead.
+    let queues = |handler: &str| {
+        config(
+            &amqp_url(),
+            &prefix,
+            "concurrency = 1\ntimeout = \"60s\"\nlease = \"120s\"",
+        )
+        .replace("handler = \"flaky\"", &format!("handler = \"{handler}\""))
+        .replace("queue_prefix = ", "prefetch = 5\nqueue_prefix = ")
+    };
+    let path = dir.write_config(&queues("spin"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"300ms\"");
+    std::fs::write(&path, text).unwrap();
+    let host = wharf_host::start(wharf_host::Config::load(&path).unwrap())
+        .await
+        .unwrap();
+    for k in 0..3 {
+        host.router
+            .enqueue("export_order", msg(json!({"reply_to": "replies", "n": k})))
+            .await
+            .unwrap();
+    }
+    wait_for(T, "all three delivered to the host", || async {
+        (rabbitmq_queue_counts(None, &n.processing).await == (3, 3)).then_some(())
+    })
+    .await;
+    host.shutdown().await; // one runs forever, two were pushed ahead and never started
+    wait_for(T, "all three back in the queue", || async {
+        (rabbitmq_queue_counts(None, &n.processing).await == (3, 0)).then_some(())
+    })
+    .await;
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&queues("flaky")).await;
+    let attempts = wait_for(T, "three replies", || async {
+        let replies = messages(&host, "replies").await;
+        (replies.len() == 3).then(|| {
+            replies
+                .iter()
+                .map(|m| {
+                    serde_json::from_str::<serde_json::Value>(&m.payload).unwrap()["attempt"]
+                        .clone()
+                })
+                .collect::<Vec<_>>()
+        })
+    })
+    .await;
+    assert_eq!(
+        attempts,
+        vec![json!(1); 3],
+        "none of them counted an attempt"
+    );
+    host.shutdown().await;
+    let conn = amqp_connect(&amqp_url()).await;
+    let ch = conn.create_channel().await.unwrap();
+    let _ = ch.queue_delete(&n.processing, Default::default()).await;
+    let _ = ch.queue_delete(&n.readiness, Default::default()).await;
+    let _ = ch.exchange_delete(&n.exchange, Default::default()).await;
+}
+
 /// The broker's ids of the connections named `name`.
 async fn connections_named(name: &str) -> Vec<String> {
     let out = tokio::process::Command::new("rabbitmqctl")
