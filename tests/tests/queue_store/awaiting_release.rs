@@ -265,3 +265,27 @@ pub async fn abandonment_without_retry_fails_the_newer_version(store: Arc<dyn Qu
     );
     assert!(m.last_error.unwrap().contains("retry_abandoned = false"));
 }
+
+pub async fn a_moved_in_version_keeps_its_attempts_error_and_source(store: Arc<dyn QueueStore>) {
+    // A message moved in from a broker while its held-back publication is still leased.
+    let (key, lease) = leased(&store, "o-1", r#"{"v":1}"#).await;
+    let moved = NewMessage {
+        attempts: 1,
+        last_error: Some("transient error: db down".into()),
+        source_delivery_id: Some("o-1".into()),
+        process_at_ms: Some(now_ms() - 1),
+        ..message(Some("o-1"), r#"{"v":2}"#)
+    };
+    store.enqueue("q", moved, false).await.unwrap();
+    assert_eq!(
+        settle(&store, lease, Disposition::Complete).await,
+        SettleResult::Applied
+    );
+    let m = store.get(key).await.unwrap().unwrap();
+    assert_eq!((m.status.clone(), m.attempts), (Status::Pending, 1));
+    assert_eq!(m.last_error.as_deref(), Some("transient error: db down"));
+    assert_eq!(m.source_delivery_id.as_deref(), Some("o-1"));
+    let next = store.lease("q", 10, 30_000).await.unwrap();
+    assert_eq!(next[0].attempt, 2, "the attempt made in the broker counts");
+    assert_eq!(next[0].source_delivery_id.as_deref(), Some("o-1"));
+}

@@ -109,6 +109,7 @@ macro_rules! conformance {
                 awaiting_release::idempotent_compares_with_the_deferred_version,
                 awaiting_release::abandonment_with_retry_applies_the_newer_version,
                 awaiting_release::abandonment_without_retry_fails_the_newer_version,
+                awaiting_release::a_moved_in_version_keeps_its_attempts_error_and_source,
                 retention::retention_zero_still_records_the_previous_version,
                 retention::purge_by_age_and_count_is_bounded,
                 retention::history_keeps_the_newest_versions,

@@ -289,6 +289,9 @@ impl PostgresStore {
                         .bind(custom.clone())
                         .bind(now)
                         .bind(key)
+                        .bind(message.attempts as i32)
+                        .bind(&message.last_error)
+                        .bind(&message.source_delivery_id)
                         .execute(&mut *tx)
                         .await?;
                     EnqueueStatus::Updated

@@ -198,6 +198,9 @@ impl QueueStore for SqliteStore {
                     .bind(custom)
                     .bind(now)
                     .bind(key)
+                    .bind(message.attempts as i32)
+                    .bind(&message.last_error)
+                    .bind(&message.source_delivery_id)
                     .execute(&mut *tx)
                     .await?;
                 EnqueueStatus::Updated

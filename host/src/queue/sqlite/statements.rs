@@ -11,6 +11,7 @@ RETURNING key";
 pub(super) const DEFER: &str = "
 UPDATE messages SET next_delivery_id = ?1, next_payload = ?2, next_payload_hash = ?3, next_headers = ?4,
     next_priority = ?5, next_process_at_ms = ?6, next_status = ?7, next_enqueued_at_ms = ?8,
+    next_attempts = ?10, next_last_error = ?11, next_source_delivery_id = ?12,
     status = 'awaiting-release', version = version + 1, updated_at_ms = ?8
 WHERE key = ?9";
 
@@ -73,10 +74,12 @@ UPDATE messages SET delivery_id = next_delivery_id, payload = next_payload, payl
     headers = next_headers, priority = next_priority, process_at_ms = next_process_at_ms,
     enqueued_at_ms = next_enqueued_at_ms,
     status = COALESCE(?2, next_status, CASE WHEN next_process_at_ms > ?1 THEN 'sleeping' ELSE 'pending' END),
-    attempts = 0, last_error = ?3, processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = ?1,
+    attempts = COALESCE(next_attempts, 0), last_error = COALESCE(next_last_error, ?3),
+    processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = ?1,
+    source_delivery_id = next_source_delivery_id, outcome = NULL,
     next_delivery_id = NULL, next_payload = NULL, next_payload_hash = NULL, next_headers = NULL,
     next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL,
-    source_delivery_id = NULL, outcome = NULL
+    next_attempts = NULL, next_last_error = NULL, next_source_delivery_id = NULL
 WHERE status = 'awaiting-release'
   AND ((?4 IS NOT NULL AND key = ?4 AND lease_token = ?5)
        OR (?6 IS NOT NULL AND queue = ?6 AND lease_expires_at_ms <= ?1))";
