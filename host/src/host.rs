@@ -34,6 +34,7 @@ pub struct RunningHost {
     /// Named health checks.
     pub health: Arc<HealthRegistry>,
     shutdown: CancellationToken,
+    providers: Providers,
     workers: Vec<tokio::task::JoinHandle<()>>,
     background: Vec<tokio::task::JoinHandle<()>>,
     settler_task: tokio::task::JoinHandle<()>,
@@ -259,6 +260,7 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         router,
         health,
         shutdown,
+        providers,
         workers,
         background,
         settler_task,
@@ -288,6 +290,7 @@ impl RunningHost {
         for task in self.background {
             let _ = task.await;
         }
+        self.providers.close().await;
         tracing::info!("host stopped");
     }
 }

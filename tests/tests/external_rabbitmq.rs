@@ -22,8 +22,44 @@ use wharf_tests::{
 
 const T: Duration = Duration::from_secs(60);
 
-fn prefix() -> String {
-    unique_prefix("rabbit").replace(':', ".")
+/// Exchange and queue names of a test's own on the shared broker, deleted afterwards.
+struct Scope {
+    prefix: String,
+}
+
+impl Scope {
+    fn new() -> Self {
+        Scope {
+            prefix: unique_prefix("rabbit").replace(':', "."),
+        }
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        let n = names(&self.prefix, "export_order");
+        // Drop runs inside the test's runtime: use a thread with its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let conn = amqp_connect(&amqp_url()).await;
+                for queue in [&n.processing, &n.readiness] {
+                    let channel = conn.create_channel().await.ok()?;
+                    let _ = channel.queue_delete(queue, Default::default()).await;
+                }
+                let channel = conn.create_channel().await.ok()?;
+                let _ = channel
+                    .exchange_delete(&n.exchange, Default::default())
+                    .await;
+                let _ = conn.close(200, "cleaned up").await;
+                Some(())
+            })
+        })
+        .join();
+    }
 }
 
 fn names(prefix: &str, queue: &str) -> Names {
@@ -78,7 +114,8 @@ async fn readiness(host: &RunningHost, provider: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_topology_is_declared_exactly_and_a_conflict_stops_start_up() {
-    let prefix = prefix();
+    let scope = Scope::new();
+    let prefix = scope.prefix.clone();
     let n = names(&prefix, "export_order");
     assert_eq!(n.exchange, format!("{prefix}export_order"));
     assert_eq!(n.processing, format!("{prefix}export_order"));
@@ -149,7 +186,8 @@ async fn the_topology_is_declared_exactly_and_a_conflict_stops_start_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_published_straight_to_the_processing_queue_is_processed() {
-    let prefix = prefix();
+    let scope = Scope::new();
+    let prefix = scope.prefix.clone();
     let n = names(&prefix, "export_order");
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");
@@ -168,7 +206,8 @@ async fn a_message_published_straight_to_the_processing_queue_is_processed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guest_sees_the_enqueue_time_and_headers_the_broker_carries() {
     use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-    let prefix = prefix();
+    let scope = Scope::new();
+    let prefix = scope.prefix.clone();
     let n = names(&prefix, "export_order");
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");
@@ -218,7 +257,8 @@ async fn the_guest_sees_the_enqueue_time_and_headers_the_broker_carries() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_hands_back_what_the_broker_pushed_ahead_without_counting_it() {
-    let prefix = prefix();
+    let scope = Scope::new();
+    let prefix = scope.prefix.clone();
     let n = names(&prefix, "export_order");
     let dir = TestDir::new();
     dir.deploy("spin", "spin");
@@ -300,7 +340,8 @@ async fn connections_named(name: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_processing_connection_turns_health_red_and_reconnects_while_idle() {
-    let prefix = prefix();
+    let scope = Scope::new();
+    let prefix = scope.prefix.clone();
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");
     let host = dir.start(&config(&amqp_url(), &prefix, "")).await;
@@ -366,7 +407,8 @@ async fn a_lost_processing_connection_turns_health_red_and_reconnects_while_idle
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_restart_mid_load_loses_nothing_and_the_inbox_skips_redeliveries() {
     let mut node = RabbitNode::start().await.expect("a private node");
-    let prefix = prefix();
+    let scope = Scope::new();
+    let prefix = scope.prefix.clone();
     let dir = TestDir::new();
     // No handler yet: everything is published before processing starts.
     let host = dir
@@ -433,7 +475,8 @@ async fn a_broker_restart_mid_load_loses_nothing_and_the_inbox_skips_redeliverie
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_wharf_run_mid_load_loses_nothing() {
-    let prefix = prefix();
+    let scope = Scope::new();
+    let prefix = scope.prefix.clone();
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");
     let text = format!(
@@ -526,7 +569,8 @@ async fn sigkill_of_wharf_run_mid_load_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_and_rabbitmq_serve_two_queues_in_one_host() {
-    let rabbit = prefix();
+    let scope = Scope::new();
+    let rabbit = scope.prefix.clone();
     let redis = unique_prefix("two");
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");

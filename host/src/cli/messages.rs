@@ -141,7 +141,7 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
         attempts: 0,
     };
     if let Some(file) = &args.file {
-        return super::bulk::enqueue_file(
+        let done = super::bulk::enqueue_file(
             cli,
             Arc::new(router),
             &args.queue,
@@ -150,12 +150,16 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
             template,
         )
         .await;
+        providers.close().await;
+        return done;
     }
     let message = NewMessage {
         payload: args.payload.clone().unwrap_or_default(),
         ..template
     };
-    let done = router.enqueue(&args.queue, message).await?;
+    let done = router.enqueue(&args.queue, message).await;
+    providers.close().await;
+    let done = done?;
     if cli.json {
         print_json(&done)?;
     } else {
@@ -164,7 +168,12 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
             queue::EnqueueStatus::Updated => "updated existing message",
             queue::EnqueueStatus::Discarded => "discarded (identical message already queued)",
         };
-        println!("{what}: key {} in queue {}", done.key, args.queue);
+        if done.key == 0 {
+            // Kept by the queue's provider, not in the SQL queue.
+            println!("{what}: in the broker of external queue {}", args.queue);
+        } else {
+            println!("{what}: key {} in queue {}", done.key, args.queue);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

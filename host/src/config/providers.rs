@@ -10,6 +10,13 @@ use crate::external::registry;
 impl Config {
     /// Check every `[providers.NAME]` with its provider module.
     pub(super) fn check_providers(&self, file: &Path) -> Result<(), ConfigError> {
+        if self.external.reconcile_interval < std::time::Duration::from_millis(10) {
+            return Err(ConfigError::key(
+                file,
+                "external.reconcile_interval",
+                "must be at least 10ms (it is a periodic pass over every external queue)",
+            ));
+        }
         for (name, provider) in &self.providers {
             super::load::check_name(file, &format!("providers.{name}"), name)?;
             let Some(kind) = registry::find(&provider.kind) else {

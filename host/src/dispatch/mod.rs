@@ -161,6 +161,7 @@ impl Pipeline {
         let mut next_sweep = Instant::now();
         let mut last_short = true;
         let mut seq: u64 = 0;
+        let mut pause = MIN_PAUSE;
 
         loop {
             while tasks.try_join_next().is_some() {}
@@ -220,14 +221,17 @@ impl Pipeline {
                 }
                 Err(e) => {
                     if failing_since.is_none() {
-                        tracing::error!(queue = %p.name, provider = shared.source.provider(), "receiving messages failed, retrying every second: {e}");
+                        tracing::error!(queue = %p.name, provider = shared.source.provider(), "receiving messages failed, retrying: {e}");
                         failing_since = Some(Instant::now());
+                        pause = MIN_PAUSE;
                     }
                     drop(permits);
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        _ = tokio::time::sleep(pause) => {}
                     }
+                    pause = (pause * 2).min(MAX_PAUSE);
+                    continue;
                 }
             };
             let got = works.len();
@@ -287,6 +291,11 @@ impl Pipeline {
 
 /// How long settlements already under way may still take after the grace period.
 const SETTLING_GRACE: Duration = Duration::from_secs(10);
+
+/// First pause after a failed receive; it doubles up to [`MAX_PAUSE`] while failing.
+const MIN_PAUSE: Duration = Duration::from_millis(250);
+/// Longest pause between receives while the source fails.
+const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 /// Longest a busy queue waits for more free slots before receiving.
 const GATHER: Duration = Duration::from_millis(2);

@@ -318,4 +318,7 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Whether the broker answers.
     async fn ping(&self) -> Result<(), ProviderError>;
+
+    /// Close the provider's own connections (the host or command is done with it).
+    async fn close(&self) {}
 }

@@ -47,6 +47,13 @@ impl Providers {
         self.by_name.get(name)
     }
 
+    /// Close every provider's own connections.
+    pub async fn close(&self) {
+        for provider in self.by_name.values() {
+            provider.close().await;
+        }
+    }
+
     /// Every provider with its name.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Arc<dyn Provider>)> {
         self.by_name.iter()

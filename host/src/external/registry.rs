@@ -65,6 +65,9 @@ pub fn parse_settings<T: DeserializeOwned>(settings: &toml::Table) -> Result<T, 
     serde_path_to_error::deserialize(toml::Value::Table(settings.clone())).map_err(|e| {
         let key = e.path().to_string();
         let key = if key == "." { String::new() } else { key };
-        SettingsError::new(key, e.inner().to_string())
+        // The parser's first line says what is wrong; the rest repeats the location.
+        let reason = e.inner().to_string();
+        let reason = reason.lines().next().unwrap_or_default().to_string();
+        SettingsError::new(key, reason)
     })
 }

@@ -78,7 +78,7 @@ pub async fn start(
         let prepared = match provider.prepare(&mine).await {
             Ok(()) => true,
             Err(e) if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Timeout) => {
-                tracing::warn!(provider = %name, "the broker does not answer; its queues start when it does: {e}");
+                tracing::info!(provider = %name, "the broker does not answer yet; its queues start when it does: {e}");
                 false
             }
             Err(e) => return Err(failed(e)),

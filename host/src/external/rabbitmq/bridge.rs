@@ -36,7 +36,8 @@ impl RabbitReadiness {
         let names = queues.iter().map(|q| settings.names(q).readiness).collect();
         RabbitReadiness {
             subscriber: Subscriber::new(
-                &settings.url,
+                settings,
+                queues.to_vec(),
                 format!("wharf {provider} readiness"),
                 names,
                 PREFETCH,

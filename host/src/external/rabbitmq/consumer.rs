@@ -35,7 +35,8 @@ impl RabbitConsumer {
         let names = settings.names(queue);
         RabbitConsumer {
             subscriber: Subscriber::new(
-                &settings.url,
+                settings,
+                vec![queue.to_string()],
                 format!("wharf {provider} {queue}"),
                 vec![names.processing],
                 prefetch,

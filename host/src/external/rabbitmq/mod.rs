@@ -18,16 +18,14 @@ mod bridge;
 mod consumer;
 mod session;
 mod settings;
+mod topology;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions,
-};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+use lapin::{BasicProperties, Channel, Connection};
 use tokio::sync::Mutex;
 
 pub use bridge::RabbitReadiness;
@@ -86,6 +84,8 @@ struct Link {
     url: String,
     name: String,
     open: Mutex<Option<(Connection, Channel)>>,
+    /// Queues whose topology was declared on the current connection.
+    declared: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Link {
@@ -99,6 +99,7 @@ impl Link {
             return Ok(channel.clone());
         }
         *open = None;
+        self.declared.lock().expect("declared queues").clear();
         let conn = connect(&self.url, &self.name).await?;
         let channel = conn.create_channel().await.map_err(error)?;
         channel
@@ -107,6 +108,22 @@ impl Link {
             .map_err(error)?;
         *open = Some((conn, channel.clone()));
         Ok(channel)
+    }
+
+    /// Whether `queue`'s topology was declared on the current connection.
+    fn is_declared(&self, queue: &str) -> bool {
+        self.declared
+            .lock()
+            .expect("declared queues")
+            .contains(queue)
+    }
+
+    /// `queue`'s topology was declared.
+    fn declared(&self, queue: &str) {
+        self.declared
+            .lock()
+            .expect("declared queues")
+            .insert(queue.to_string());
     }
 
     /// A channel of its own on the connection (a failed declaration closes its channel).
@@ -133,6 +150,7 @@ impl RabbitProvider {
             url: settings.url.clone(),
             name: format!("wharf {name} publisher"),
             open: Mutex::new(None),
+            declared: std::sync::Mutex::new(std::collections::HashSet::new()),
         };
         Ok(RabbitProvider {
             name: name.to_string(),
@@ -144,24 +162,6 @@ impl RabbitProvider {
     /// The settings it was opened with.
     pub fn settings(&self) -> &RabbitSettings {
         &self.settings
-    }
-
-    fn queue_arguments(&self, processing: bool) -> FieldTable {
-        let mut args = FieldTable::default();
-        match self.settings.queue_type {
-            QueueType::Quorum => {
-                args.insert(
-                    "x-queue-type".into(),
-                    AMQPValue::LongString("quorum".into()),
-                );
-            }
-            QueueType::Classic => {
-                if let (true, Some(max)) = (processing, self.settings.max_priority) {
-                    args.insert("x-max-priority".into(), AMQPValue::ShortShortUInt(max));
-                }
-            }
-        }
-        args
     }
 
     fn properties(&self, envelope: &Envelope) -> BasicProperties {
@@ -197,51 +197,9 @@ impl Provider for RabbitProvider {
 
     async fn prepare(&self, queues: &[String]) -> Result<(), ProviderError> {
         for queue in queues {
-            let names = self.settings.names(queue);
             let channel = self.link.spare_channel().await?;
-            let declared = |what: &str, name: &str| {
-                let what = format!("declaring the {what} `{name}` of queue `{queue}`");
-                move |e: lapin::Error| {
-                    let mut e = error(e);
-                    e.message = format!(
-                        "{what}: {} (an existing declaration with other arguments must be deleted or migrated first)",
-                        e.message
-                    );
-                    e
-                }
-            };
-            let durable = QueueDeclareOptions {
-                durable: true,
-                ..QueueDeclareOptions::default()
-            };
-            channel
-                .exchange_declare(
-                    &names.exchange,
-                    ExchangeKind::Fanout,
-                    ExchangeDeclareOptions {
-                        durable: true,
-                        ..ExchangeDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .map_err(declared("exchange", &names.exchange))?;
-            for (name, processing) in [(&names.processing, true), (&names.readiness, false)] {
-                channel
-                    .queue_declare(name, durable, self.queue_arguments(processing))
-                    .await
-                    .map_err(declared("queue", name))?;
-                channel
-                    .queue_bind(
-                        name,
-                        &names.exchange,
-                        "",
-                        QueueBindOptions::default(),
-                        FieldTable::default(),
-                    )
-                    .await
-                    .map_err(declared("binding of queue", name))?;
-            }
+            topology::declare(&channel, &self.settings, queue).await?;
+            self.link.declared(queue);
             let _ = channel.close(200, "declared").await;
         }
         Ok(())
@@ -254,6 +212,11 @@ impl Provider for RabbitProvider {
         options: PublishOptions,
     ) -> Result<Vec<EnqueueStatus>, ProviderError> {
         let _ = options; // no native delay, idempotency or replacement: the router knows
+        if !self.link.is_declared(queue) {
+            // The first publication on this connection (the broker may have been down when
+            // the host started, or lost its definitions).
+            self.prepare(&[queue.to_string()]).await?;
+        }
         let exchange = self.settings.names(queue).exchange;
         let channel = self.link.channel().await?;
         let mut confirms = Vec::with_capacity(envelopes.len());
@@ -335,5 +298,12 @@ impl Provider for RabbitProvider {
 
     async fn ping(&self) -> Result<(), ProviderError> {
         self.link.channel().await.map(|_| ())
+    }
+
+    async fn close(&self) {
+        if let Some((conn, channel)) = self.link.open.lock().await.take() {
+            let _ = channel.close(200, "done").await;
+            let _ = conn.close(200, "done").await;
+        }
     }
 }

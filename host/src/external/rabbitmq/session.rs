@@ -101,6 +101,9 @@ impl Session {
 
 /// Opens sessions on `queues` and replaces broken ones.
 pub(super) struct Subscriber {
+    /// The settings and the queues whose topology is declared before consuming (a broker
+    /// that was down at start-up, or lost its definitions, gets them back first).
+    declare: (super::RabbitSettings, Vec<String>),
     url: String,
     name: String,
     queues: Vec<String>,
@@ -113,10 +116,18 @@ pub(super) struct Subscriber {
 }
 
 impl Subscriber {
-    /// Sessions on `queues` (broker names) with `prefetch`, named `name` on the broker.
-    pub fn new(url: &str, name: String, queues: Vec<String>, prefetch: u16) -> Self {
+    /// Sessions on `queues` (broker names) with `prefetch`, named `name` on the broker,
+    /// declaring the topology of `declare` (logical queue names) first.
+    pub fn new(
+        settings: &super::RabbitSettings,
+        declare: Vec<String>,
+        name: String,
+        queues: Vec<String>,
+        prefetch: u16,
+    ) -> Self {
         Subscriber {
-            url: url.to_string(),
+            declare: (settings.clone(), declare),
+            url: settings.url.clone(),
             name,
             queues,
             prefetch,
@@ -168,6 +179,14 @@ impl Subscriber {
 
     async fn open(&self) -> Result<Arc<Session>, ProviderError> {
         let conn = connect(&self.url, &self.name).await?;
+        let (settings, declare) = &self.declare;
+        if !declare.is_empty() {
+            let spare = conn.create_channel().await.map_err(error)?;
+            for queue in declare {
+                super::topology::declare(&spare, settings, queue).await?;
+            }
+            let _ = spare.close(200, "declared").await;
+        }
         let channel = conn.create_channel().await.map_err(error)?;
         channel
             .basic_qos(self.prefetch, BasicQosOptions::default())

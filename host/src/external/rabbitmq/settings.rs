@@ -126,10 +126,15 @@ impl ProviderKind for RabbitMqKind {
                 "amqps:// (TLS) is not supported by this build: use amqp:// (e.g. through a local TLS tunnel)",
             ));
         }
-        settings
-            .url
-            .parse::<lapin::uri::AMQPUri>()
-            .map_err(|e| SettingsError::new("url", format!("not an AMQP URL: {e}")))?;
+        settings.url.parse::<lapin::uri::AMQPUri>().map_err(|e| {
+            SettingsError::new(
+                "url",
+                format!(
+                    "`{}` is not an AMQP URL (expected amqp://user:password@host:5672/vhost): {e}",
+                    settings.url
+                ),
+            )
+        })?;
         if settings.prefetch == Some(0) {
             return Err(SettingsError::new("prefetch", "must be at least 1"));
         }

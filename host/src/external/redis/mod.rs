@@ -127,8 +127,18 @@ impl ProviderKind for RedisKind {
 
     fn check(&self, settings: &toml::Table) -> Result<Capabilities, SettingsError> {
         let settings: RedisSettings = parse_settings(settings)?;
-        redis::Client::open(settings.url.as_str())
-            .map_err(|e| SettingsError::new("url", format!("not a Redis URL: {e}")))?;
+        redis::Client::open(settings.url.as_str()).map_err(|e| {
+            SettingsError::new(
+                "url",
+                format!(
+                    "`{}` is not a Redis URL (expected redis://host:port, rediss://… or unix://…): {e}",
+                    settings.url
+                ),
+            )
+        })?;
+        if settings.claim_after.is_zero() {
+            return Err(SettingsError::new("claim_after", "must be longer than 0s"));
+        }
         if settings.promote_interval.is_zero() {
             return Err(SettingsError::new(
                 "promote_interval",
