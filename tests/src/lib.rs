@@ -226,25 +226,30 @@ impl Default for PgSchema {
 impl Drop for PgSchema {
     fn drop(&mut self) {
         let name = self.name.clone();
-        // Drop runs inside the test's runtime: use a thread with its own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async {
-                use sqlx::Connection;
-                let mut conn = sqlx::PgConnection::connect(&database_url()).await.ok()?;
-                sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DROP SCHEMA IF EXISTS \"{name}\" CASCADE"
-                )))
-                .execute(&mut conn)
-                .await
-                .ok()
-            })
-        })
-        .join();
+        run_detached(async move {
+            use sqlx::Connection;
+            if let Ok(mut conn) = sqlx::PgConnection::connect(&database_url()).await {
+                let drop = format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE");
+                let _ = sqlx::query(sqlx::AssertSqlSafe(drop))
+                    .execute(&mut conn)
+                    .await;
+            }
+        });
     }
+}
+
+/// Run `work` to completion on a runtime of its own, in a thread of its own: for `Drop`
+/// implementations, which run inside a test's runtime.
+pub fn run_detached<F: std::future::Future<Output = ()> + Send + 'static>(work: F) {
+    let _ = std::thread::spawn(move || {
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            rt.block_on(work);
+        }
+    })
+    .join();
 }
 
 fn rand_u64() -> u64 {
@@ -387,4 +392,20 @@ pub async fn amqp_publish(url: &str, exchange: &str, routing_key: &str, body: &[
         .expect("confirmed");
     assert!(confirm.is_ack(), "the broker took the message");
     let _ = conn.close(200, "published").await;
+}
+
+/// Delete RabbitMQ queues and exchanges (test clean-up; what is missing is skipped).
+pub async fn amqp_delete(url: &str, queues: &[String], exchanges: &[String]) {
+    let conn = amqp_connect(url).await;
+    for queue in queues {
+        if let Ok(channel) = conn.create_channel().await {
+            let _ = channel.queue_delete(queue, Default::default()).await;
+        }
+    }
+    for exchange in exchanges {
+        if let Ok(channel) = conn.create_channel().await {
+            let _ = channel.exchange_delete(exchange, Default::default()).await;
+        }
+    }
+    let _ = conn.close(200, "cleaned up").await;
 }

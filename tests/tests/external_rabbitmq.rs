@@ -16,8 +16,8 @@ use wharf_host::external::Envelope;
 use wharf_host::external::rabbitmq::{Names, RabbitSettings};
 use wharf_tests::rabbit_node::RabbitNode;
 use wharf_tests::{
-    TestDir, amqp_connect, amqp_publish, amqp_url, messages, msg, rabbitmq_queue_counts, redis_url,
-    spawn_wharf, unique_prefix, wait_for,
+    TestDir, amqp_connect, amqp_delete, amqp_publish, amqp_url, messages, msg,
+    rabbitmq_queue_counts, redis_url, run_detached, spawn_wharf, unique_prefix, wait_for,
 };
 
 const T: Duration = Duration::from_secs(60);
@@ -38,27 +38,9 @@ impl Scope {
 impl Drop for Scope {
     fn drop(&mut self) {
         let n = names(&self.prefix, "export_order");
-        // Drop runs inside the test's runtime: use a thread with its own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async {
-                let conn = amqp_connect(&amqp_url()).await;
-                for queue in [&n.processing, &n.readiness] {
-                    let channel = conn.create_channel().await.ok()?;
-                    let _ = channel.queue_delete(queue, Default::default()).await;
-                }
-                let channel = conn.create_channel().await.ok()?;
-                let _ = channel
-                    .exchange_delete(&n.exchange, Default::default())
-                    .await;
-                let _ = conn.close(200, "cleaned up").await;
-                Some(())
-            })
-        })
-        .join();
+        run_detached(async move {
+            amqp_delete(&amqp_url(), &[n.processing, n.readiness], &[n.exchange]).await
+        });
     }
 }
 
@@ -316,11 +298,6 @@ async fn shutdown_hands_back_what_the_broker_pushed_ahead_without_counting_it() 
         "none of them counted an attempt"
     );
     host.shutdown().await;
-    let conn = amqp_connect(&amqp_url()).await;
-    let ch = conn.create_channel().await.unwrap();
-    let _ = ch.queue_delete(&n.processing, Default::default()).await;
-    let _ = ch.queue_delete(&n.readiness, Default::default()).await;
-    let _ = ch.exchange_delete(&n.exchange, Default::default()).await;
 }
 
 /// The broker's ids of the connections named `name`.
@@ -559,12 +536,6 @@ async fn sigkill_of_wharf_run_mid_load_loses_nothing() {
         .args(["-TERM", &second.id().to_string()])
         .status();
     second.wait().unwrap();
-    let n = names(&prefix, "export_order");
-    let conn = amqp_connect(&amqp_url()).await;
-    let ch = conn.create_channel().await.unwrap();
-    let _ = ch.queue_delete(&n.processing, Default::default()).await;
-    let _ = ch.queue_delete(&n.readiness, Default::default()).await;
-    let _ = ch.exchange_delete(&n.exchange, Default::default()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

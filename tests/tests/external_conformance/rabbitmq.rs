@@ -5,7 +5,10 @@
 use lapin::options::QueuePurgeOptions;
 use wharf_host::external::rabbitmq::{Names, RabbitSettings};
 use wharf_tests::rabbit_node::RabbitNode;
-use wharf_tests::{amqp_connect, amqp_publish, amqp_url, rabbitmq_queue_counts, unique_prefix};
+use wharf_tests::{
+    amqp_connect, amqp_delete, amqp_publish, amqp_url, rabbitmq_queue_counts, run_detached,
+    unique_prefix,
+};
 
 use crate::Harness;
 
@@ -113,28 +116,11 @@ impl Drop for RabbitHarness {
         }
         let url = self.url.clone();
         let names: Vec<Names> = QUEUES.iter().map(|q| self.names(q)).collect();
-        // Drop runs inside the test's runtime: use a thread with its own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            rt.block_on(async {
-                let conn = amqp_connect(&url).await;
-                for n in names {
-                    for queue in [&n.processing, &n.readiness] {
-                        let channel = conn.create_channel().await.ok()?;
-                        let _ = channel.queue_delete(queue, Default::default()).await;
-                    }
-                    let channel = conn.create_channel().await.ok()?;
-                    let _ = channel
-                        .exchange_delete(&n.exchange, Default::default())
-                        .await;
-                }
-                let _ = conn.close(200, "cleaned up").await;
-                Some(())
-            })
-        })
-        .join();
+        let queues = names
+            .iter()
+            .flat_map(|n| [n.processing.clone(), n.readiness.clone()])
+            .collect::<Vec<_>>();
+        let exchanges = names.into_iter().map(|n| n.exchange).collect::<Vec<_>>();
+        run_detached(async move { amqp_delete(&url, &queues, &exchanges).await });
     }
 }
