@@ -339,19 +339,47 @@ pub fn wharf_binary() -> PathBuf {
 }
 
 /// `wharf run` with `dir/wharf.toml`, its log appended to `dir/wharf.log`.
-pub fn spawn_wharf(dir: &Path) -> std::process::Child {
+pub fn spawn_wharf(dir: &Path) -> WharfProcess {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("wharf.log"))
         .expect("the log file");
-    std::process::Command::new(wharf_binary())
+    let child = std::process::Command::new(wharf_binary())
         .current_dir(dir)
         .args(["--config", "wharf.toml", "run"])
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .spawn()
-        .expect("wharf run starts")
+        .expect("wharf run starts");
+    WharfProcess(child)
+}
+
+/// A running `wharf run`, killed when dropped (a failing test leaves no process behind).
+pub struct WharfProcess(std::process::Child);
+
+impl WharfProcess {
+    /// SIGKILL it (a crash) and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// SIGTERM it (a graceful stop) and wait until it exited.
+    pub fn terminate(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for WharfProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            self.kill();
+        }
+    }
 }
 
 /// The `n` values the `flaky` guest echoed to the `replies` queue, sorted.
