@@ -63,7 +63,7 @@ async fn run_once(run: u64) -> Duration {
     std::fs::copy(&guest, dir.path().join("handlers/noop.wasm")).unwrap();
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let depth = storage.depth("bench").await.unwrap().unwrap_or_default();
+        let depth = storage.depth("bench").await.unwrap();
         if depth.ready == 0 && depth.in_flight == 0 {
             break;
         }

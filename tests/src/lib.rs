@@ -399,6 +399,18 @@ pub async fn replies(host: &RunningHost) -> Vec<i64> {
 /// Publish `body` to `exchange` with `routing_key` (persistent, confirmed) with a plain
 /// client, as a direct producer would.
 pub async fn amqp_publish(url: &str, exchange: &str, routing_key: &str, body: &[u8]) {
+    let persistent = lapin::BasicProperties::default().with_delivery_mode(2);
+    amqp_publish_with(url, exchange, routing_key, body, persistent).await;
+}
+
+/// [`amqp_publish`] with the given message properties.
+pub async fn amqp_publish_with(
+    url: &str,
+    exchange: &str,
+    routing_key: &str,
+    body: &[u8],
+    properties: lapin::BasicProperties,
+) {
     use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
     let conn = amqp_connect(url).await;
     let channel = conn.create_channel().await.expect("a channel");
@@ -412,7 +424,7 @@ pub async fn amqp_publish(url: &str, exchange: &str, routing_key: &str, body: &[
             routing_key,
             BasicPublishOptions::default(),
             body,
-            lapin::BasicProperties::default().with_delivery_mode(2),
+            properties,
         )
         .await
         .expect("published")

@@ -16,7 +16,7 @@ use wharf_host::external::Envelope;
 use wharf_host::external::rabbitmq::{Names, RabbitSettings};
 use wharf_tests::rabbit_node::RabbitNode;
 use wharf_tests::{
-    TestDir, amqp_connect, amqp_delete, amqp_publish, amqp_url, messages, msg,
+    TestDir, amqp_connect, amqp_delete, amqp_publish, amqp_publish_with, amqp_url, messages, msg,
     rabbitmq_queue_counts, redis_url, run_detached, spawn_wharf, unique_prefix, wait_for,
 };
 
@@ -187,19 +187,12 @@ async fn a_message_published_straight_to_the_processing_queue_is_processed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guest_sees_the_enqueue_time_and_headers_the_broker_carries() {
-    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
     let scope = Scope::new();
     let prefix = scope.prefix.clone();
     let n = names(&prefix, "export_order");
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");
     let host = dir.start(&config(&amqp_url(), &prefix, "")).await;
-    let conn = amqp_connect(&amqp_url()).await;
-    let channel = conn.create_channel().await.unwrap();
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
     let mut headers = FieldTable::default();
     headers.insert("tenant".into(), AMQPValue::LongString("acme".into()));
     let sent_at = wharf_host::queue::now_ms() / 1000;
@@ -208,22 +201,19 @@ async fn the_guest_sees_the_enqueue_time_and_headers_the_broker_carries() {
         Some("m-1".into()),
         0,
     );
-    channel
-        .basic_publish(
-            &n.exchange,
-            "",
-            BasicPublishOptions::default(),
-            body.to_json().as_bytes(),
-            lapin::BasicProperties::default()
-                .with_delivery_mode(2)
-                .with_timestamp(sent_at as u64)
-                .with_message_id("m-1".into())
-                .with_headers(headers),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    let properties = lapin::BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_timestamp(sent_at as u64)
+        .with_message_id("m-1".into())
+        .with_headers(headers);
+    amqp_publish_with(
+        &amqp_url(),
+        &n.exchange,
+        "",
+        body.to_json().as_bytes(),
+        properties,
+    )
+    .await;
     let reply = wait_for(T, "the reply", || async {
         messages(&host, "replies").await.into_iter().next()
     })
@@ -233,7 +223,6 @@ async fn the_guest_sees_the_enqueue_time_and_headers_the_broker_carries() {
     let headers = reply["headers"].as_array().unwrap();
     assert!(headers.contains(&json!(["tenant", "acme"])), "{reply}");
     assert!(headers.contains(&json!(["message-id", "m-1"])), "{reply}");
-    let _ = conn.close(200, "done").await;
     host.shutdown().await;
 }
 

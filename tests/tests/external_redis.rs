@@ -169,7 +169,7 @@ impl Storage {
     }
 
     async fn depth(&self, queue: &str) -> Result<Depth, ProviderError> {
-        Ok(self.0.depth(queue).await?.expect("redis tells its depth"))
+        self.0.depth(queue).await
     }
 }
 

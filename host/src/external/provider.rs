@@ -122,10 +122,6 @@ pub struct Capabilities {
     pub depth: bool,
     /// A message handed back with `nack { counted: false }` is not counted as a delivery.
     pub uncounted_release: bool,
-    /// Deliveries carry the time they were enqueued.
-    pub enqueued_time: bool,
-    /// Deliveries carry producer headers.
-    pub headers: bool,
 }
 
 /// How [`Provider::publish`] stores messages.
@@ -306,8 +302,15 @@ pub trait Provider: Send + Sync + 'static {
     async fn readiness(&self, queues: &[String])
     -> Result<Arc<dyn ReadinessBridge>, ProviderError>;
 
-    /// How much work `queue` holds; `None` where the provider cannot tell.
-    async fn depth(&self, queue: &str) -> Result<Option<Depth>, ProviderError>;
+    /// How much work `queue` holds. Only asked of providers with [`Capabilities::depth`].
+    async fn depth(&self, queue: &str) -> Result<Depth, ProviderError> {
+        let _ = queue;
+        Err(ProviderError::new(
+            self.kind(),
+            ErrorKind::Protocol,
+            "this provider cannot tell a queue's depth",
+        ))
+    }
 
     /// Start the provider's own housekeeping for `queues` (Redis: promoting due delayed
     /// messages, returning expired leases) until `shutdown`.
@@ -315,9 +318,6 @@ pub trait Provider: Send + Sync + 'static {
         let _ = (queues, shutdown);
         Vec::new()
     }
-
-    /// Whether the broker answers.
-    async fn ping(&self) -> Result<(), ProviderError>;
 
     /// Close the provider's own connections (the host or command is done with it).
     async fn close(&self) {}

@@ -56,7 +56,12 @@ async fn reconcile(
     activations: &dyn ActivationStore,
     wake: &(dyn Fn(&str) + Send + Sync),
 ) -> Result<(), String> {
-    let depth = q.broker.depth(&q.queue).await.map_err(|e| e.to_string())?;
+    // A provider that cannot tell its depth is activated on every pass.
+    let depth = if q.broker.capabilities().depth {
+        Some(q.broker.depth(&q.queue).await.map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     let has_work = depth.is_none_or(|d| d.ready > 0);
     if has_work
         && !activations

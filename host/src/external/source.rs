@@ -133,11 +133,11 @@ impl ExternalSource {
     /// is attempt 1 without a write), of every delivery where it tells nothing.
     async fn attempts_of(
         &self,
-        deliveries: &[(Delivery, Option<Envelope>)],
+        deliveries: &[(Delivery, Option<Envelope>, Option<String>)],
     ) -> Vec<(u32, Option<String>)> {
         let mut out: Vec<(u32, Option<String>)> = vec![(1, None); deliveries.len()];
         let mut counted: Vec<(usize, String, u32)> = Vec::new();
-        for (i, (d, e)) in deliveries.iter().enumerate() {
+        for (i, (d, e, _)) in deliveries.iter().enumerate() {
             let key = || counting_key(d, e.as_ref());
             match d.count {
                 DeliveryCount::Exact(n) => out[i].0 = n.max(1),
@@ -283,11 +283,7 @@ impl Source for ExternalSource {
                 }
             })
             .collect();
-        let pairs: Vec<(Delivery, Option<Envelope>)> = parsed
-            .iter()
-            .map(|(d, e, _)| (d.clone(), e.clone()))
-            .collect();
-        let attempts = self.attempts_of(&pairs).await;
+        let attempts = self.attempts_of(&parsed).await;
         let max_attempts = self.config.max_attempts;
         Ok(parsed
             .into_iter()

@@ -371,21 +371,26 @@ pub async fn readiness_is_acknowledged_only_after_a_durable_activation<H: Harnes
     host.shutdown().await;
 }
 
-pub async fn dropped_notifications_are_reconciled<H: Harness>() {
-    let h = H::shared().await;
-    // Published while no host runs; then every readiness notification is lost.
-    let provider = open(&h).await;
-    provider
+/// Declare `export_order` and publish `n` messages into it directly (no host runs).
+async fn waiting_in_the_broker<H: Harness>(h: &H, n: i64) {
+    open(h)
+        .await
         .prepare(&["export_order".to_string()])
         .await
         .unwrap();
-    for n in 0..3 {
+    for n in 0..n {
         h.produce_direct(
             "export_order",
             &body(json!({"reply_to": "replies", "n": n}), None),
         )
         .await;
     }
+}
+
+pub async fn dropped_notifications_are_reconciled<H: Harness>() {
+    let h = H::shared().await;
+    // Published while no host runs; then every readiness notification is lost.
+    waiting_in_the_broker(&h, 3).await;
     h.drop_notifications("export_order").await;
     assert_eq!(h.unacknowledged_notifications("export_order").await, 0);
     let (_dir, host) = start(&h, "").await;
@@ -707,18 +712,7 @@ pub async fn queue_settings_the_provider_cannot_honour_are_config_errors<H: Harn
 pub async fn a_broker_down_at_start_up_does_not_stop_the_host<H: Harness>() {
     let mut h = H::private().await;
     // Work waiting in the broker from before; then the broker goes down.
-    let provider = open(&h).await;
-    provider
-        .prepare(&["export_order".to_string()])
-        .await
-        .unwrap();
-    for n in 0..3 {
-        h.produce_direct(
-            "export_order",
-            &body(json!({"reply_to": "replies", "n": n}), None),
-        )
-        .await;
-    }
+    waiting_in_the_broker(&h, 3).await;
     h.stop().await;
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");

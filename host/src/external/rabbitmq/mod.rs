@@ -276,7 +276,7 @@ impl Provider for RabbitProvider {
         )))
     }
 
-    async fn depth(&self, queue: &str) -> Result<Option<Depth>, ProviderError> {
+    async fn depth(&self, queue: &str) -> Result<Depth, ProviderError> {
         let name = self.settings.names(queue).processing;
         let channel = self.link.spare_channel().await?;
         let passive = QueueDeclareOptions {
@@ -288,16 +288,12 @@ impl Provider for RabbitProvider {
             .await
             .map_err(error)?;
         let _ = channel.close(200, "counted").await;
-        Ok(Some(Depth {
+        Ok(Depth {
             ready: u64::from(declared.message_count()),
             delayed: 0,
             // Unacknowledged deliveries are not reported by a passive declare.
             in_flight: 0,
-        }))
-    }
-
-    async fn ping(&self) -> Result<(), ProviderError> {
-        self.link.channel().await.map(|_| ())
+        })
     }
 
     async fn close(&self) {

@@ -82,8 +82,6 @@ impl RabbitSettings {
             // Classic: the host forgives the redelivery of a released message; quorum queues
             // count every return.
             uncounted_release: self.queue_type == QueueType::Classic,
-            enqueued_time: true,
-            headers: true,
         }
     }
 

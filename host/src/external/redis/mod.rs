@@ -112,8 +112,6 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     delivery_count: CountKind::Exact,
     depth: true,
     uncounted_release: true,
-    enqueued_time: false,
-    headers: false,
 };
 
 /// The `redis` provider type.
@@ -347,7 +345,7 @@ impl Provider for RedisProvider {
         ))
     }
 
-    async fn depth(&self, queue: &str) -> Result<Option<Depth>, ProviderError> {
+    async fn depth(&self, queue: &str) -> Result<Depth, ProviderError> {
         let keys = self.keys(queue);
         let now = now_ms();
         let (ready, delayed, delayed_due, leased, expired): (u64, u64, u64, u64, u64) =
@@ -361,11 +359,11 @@ impl Provider for RedisProvider {
                 .await
                 .map_err(error)?;
         // Due delayed messages and expired leases are work the background task makes ready.
-        Ok(Some(Depth {
+        Ok(Depth {
             ready: ready + delayed_due + expired,
             delayed: delayed - delayed_due,
             in_flight: leased - expired,
-        }))
+        })
     }
 
     fn background(&self, queues: &[String], shutdown: CancellationToken) -> Vec<JoinHandle<()>> {
@@ -374,13 +372,5 @@ impl Provider for RedisProvider {
             self.settings.promote_interval,
             shutdown,
         ))]
-    }
-
-    async fn ping(&self) -> Result<(), ProviderError> {
-        let _: String = redis::cmd("PING")
-            .query_async(&mut self.conn.get().await?)
-            .await
-            .map_err(error)?;
-        Ok(())
     }
 }
