@@ -1,6 +1,7 @@
 //! Test harness for Wharf's integration tests: a temporary host directory with a config
 //! file, handler fixtures deployed from the real guest builds, and polling helpers.
 
+pub mod kafka;
 pub mod rabbit_node;
 
 use std::path::{Path, PathBuf};

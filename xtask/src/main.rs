@@ -52,6 +52,7 @@ fn main() -> Result<()> {
             services::ensure_postgres()?;
             services::ensure_redis()?;
             services::ensure_rabbitmq()?;
+            services::ensure_kafka()?;
             tools::build_guests()?;
             let mut cmd = tools::cargo(&["bench", "--package", "wharf-host"]);
             cmd.args(&args);
@@ -67,6 +68,7 @@ fn test(args: &[String]) -> Result<()> {
     services::ensure_postgres()?;
     services::ensure_redis()?;
     services::ensure_rabbitmq()?;
+    services::ensure_kafka()?;
     tools::build_guests()?;
     check_format()?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);

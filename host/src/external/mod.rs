@@ -12,6 +12,7 @@ mod attempts;
 mod bridge;
 mod envelope;
 mod health;
+pub mod kafka;
 mod provider;
 mod providers;
 pub mod rabbitmq;

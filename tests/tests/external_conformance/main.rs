@@ -1,9 +1,10 @@
 //! The provider conformance suite: every provider-agnostic behaviour of external pending
 //! storage, written once against a [`Harness`] and run against every provider on its real
-//! broker (Redis and RabbitMQ; Kafka and Service Bus plug in the same way). Cases that
+//! broker (Redis, RabbitMQ and Kafka; Service Bus plugs in the same way). Cases that
 //! depend on a capability ask the provider's [`Capabilities`] first.
 
 mod cases;
+mod kafka;
 mod rabbitmq;
 mod redis;
 
@@ -102,3 +103,4 @@ macro_rules! conformance {
 
 conformance!(on_redis, crate::redis::RedisHarness);
 conformance!(on_rabbitmq, crate::rabbitmq::RabbitHarness);
+conformance!(on_kafka, crate::kafka::KafkaHarness);

