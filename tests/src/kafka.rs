@@ -1,5 +1,5 @@
 //! Kafka for tests: the shared broker (`KAFKA_BROKERS`, default 127.0.0.1:9092), a private
-//! throw-away broker (tansu, in memory) that a test may stop and start, and plain-rdkafka
+//! throw-away broker (tansu) that a test may make unreachable and reachable again, and plain-rdkafka
 //! helpers to produce like a direct producer and to read back what the broker holds.
 //!
 //! The test broker reports wrong partition ends (its ListOffsets answer), so the end of a
@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
@@ -21,8 +23,9 @@ pub fn kafka_brokers() -> String {
     std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_string())
 }
 
-/// librdkafka properties that make group joins fast on the test broker.
-pub const TEST_PROPERTIES: &str = "\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 1000\n\"topic.metadata.refresh.interval.ms\" = 1000\n";
+/// librdkafka properties that make group joins fast on the test broker (a `properties` key
+/// of a provider section).
+pub const TEST_PROPERTIES: &str = "properties = { \"session.timeout.ms\" = 6000, \"heartbeat.interval.ms\" = 1000, \"topic.metadata.refresh.interval.ms\" = 1000 }";
 
 fn client(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
@@ -73,14 +76,17 @@ pub fn kafka_ends(brokers: &str, topic: &str) -> HashMap<i32, i64> {
     }
     consumer.assign(&tpl).expect("assigned");
     let mut ends: HashMap<i32, i64> = partitions.iter().map(|p| (*p, 0)).collect();
-    // Reading stops after a quiet spell: every message of the test was acknowledged by the
-    // broker before this is asked.
+    // Reading stops after a quiet spell (longer before the first message, while the reader
+    // connects): every message of the test was acknowledged by the broker before this is
+    // asked.
     let mut quiet_since = Instant::now();
-    while quiet_since.elapsed() < Duration::from_millis(400) {
+    let mut quiet = Duration::from_millis(1500);
+    while quiet_since.elapsed() < quiet {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
             let end = ends.entry(m.partition()).or_insert(0);
             *end = (*end).max(m.offset() + 1);
             quiet_since = Instant::now();
+            quiet = Duration::from_millis(300);
         }
     }
     ends
@@ -118,13 +124,20 @@ pub fn kafka_lag(brokers: &str, group: &str, topic: &str) -> u64 {
         .sum()
 }
 
-/// Members of consumer group `group` right now.
-pub fn kafka_members(brokers: &str, group: &str) -> usize {
+/// The member ids of consumer group `group` once it is stable (its partitions assigned; the
+/// test broker keeps a killed member listed until another one joins).
+pub fn kafka_members(brokers: &str, group: &str) -> Vec<String> {
     let consumer: BaseConsumer = client(brokers).create().expect("a client");
     consumer
         .fetch_group_list(Some(group), Duration::from_secs(10))
-        .map(|list| list.groups().iter().map(|g| g.members().len()).sum())
-        .unwrap_or(0)
+        .map(|list| {
+            list.groups()
+                .iter()
+                .filter(|g| g.state() == "Stable")
+                .flat_map(|g| g.members().iter().map(|m| m.id().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Commit `group`'s offsets of `topic` to its ends (its messages count as consumed). The
@@ -155,50 +168,78 @@ pub fn tansu_binary() -> PathBuf {
         })
 }
 
-/// A private Kafka-protocol broker (tansu, in memory: a restart loses its topics and
-/// offsets). Killed on drop.
+/// A private Kafka-protocol broker (tansu, in memory) behind a TCP proxy of the test's own:
+/// clients reach it only through the proxy (the broker advertises the proxy's address), so
+/// `stop` makes the broker unreachable — connections cut, new ones refused — while it keeps
+/// its topics, messages and offsets, and `start_again` lets clients back in. Killed on drop.
 pub struct KafkaNode {
-    port: u16,
-    child: Option<Child>,
+    proxy_port: u16,
+    up: Arc<AtomicBool>,
+    cut: Arc<tokio::sync::Notify>,
+    proxy: tokio::task::JoinHandle<()>,
+    child: Child,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 impl KafkaNode {
-    /// Start a broker on a free port and wait until it answers.
+    /// Start a broker and its proxy; wait until the broker answers through it.
     pub async fn start() -> KafkaNode {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let mut node = KafkaNode { port, child: None };
-        node.start_again().await;
-        node
-    }
-
-    /// `127.0.0.1:PORT`.
-    pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Kill the broker.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Start it again on the same port (empty) and wait until it answers metadata requests.
-    pub async fn start_again(&mut self) {
-        let url = format!("tcp://{}", self.brokers());
+        let broker_port = free_port();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a proxy port");
+        let proxy_port = listener.local_addr().unwrap().port();
         let child = Command::new(tansu_binary())
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .arg("broker")
+            .args(["--listener-url", &format!("tcp://127.0.0.1:{broker_port}")])
+            .args([
+                "--advertised-listener-url",
+                &format!("tcp://127.0.0.1:{proxy_port}"),
+            ])
             .args(["--storage-engine", "memory://tansu/"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("tansu starts (installed by `cargo xtask test`)");
-        self.child = Some(child);
+        let up = Arc::new(AtomicBool::new(true));
+        let cut = Arc::new(tokio::sync::Notify::new());
+        let proxy = tokio::spawn(proxy(listener, broker_port, up.clone(), cut.clone()));
+        let node = KafkaNode {
+            proxy_port,
+            up,
+            cut,
+            proxy,
+            child,
+        };
+        node.wait_answering().await;
+        node
+    }
+
+    /// `127.0.0.1:PORT` (the proxy).
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.proxy_port)
+    }
+
+    /// Cut every connection and refuse new ones (the broker is gone for its clients).
+    pub fn stop(&mut self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.cut.notify_waiters();
+    }
+
+    /// Let clients in again; wait until the broker answers.
+    pub async fn start_again(&mut self) {
+        self.up.store(true, Ordering::SeqCst);
+        self.wait_answering().await;
+    }
+
+    async fn wait_answering(&self) {
         let brokers = self.brokers();
         crate::wait_for(Duration::from_secs(30), "tansu to answer", || {
             let brokers = brokers.clone();
@@ -217,8 +258,37 @@ impl KafkaNode {
     }
 }
 
+/// Forward connections to the broker while `up`; cut them all when `cut` is notified.
+async fn proxy(
+    listener: tokio::net::TcpListener,
+    broker_port: u16,
+    up: Arc<AtomicBool>,
+    cut: Arc<tokio::sync::Notify>,
+) {
+    while let Ok((mut client, _)) = listener.accept().await {
+        if !up.load(Ordering::SeqCst) {
+            drop(client); // refused: closed at once
+            continue;
+        }
+        let cut = cut.clone();
+        tokio::spawn(async move {
+            let Ok(mut broker) = tokio::net::TcpStream::connect(("127.0.0.1", broker_port)).await
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut client, &mut broker) => {}
+                _ = cut.notified() => {}
+            }
+        });
+    }
+}
+
 impl Drop for KafkaNode {
     fn drop(&mut self) {
-        self.stop();
+        self.proxy.abort();
+        self.cut.notify_waiters();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

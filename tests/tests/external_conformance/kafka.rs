@@ -1,8 +1,11 @@
 //! The Kafka harness: topics and groups of their own on the shared broker, or a private
-//! broker for restarts (in memory: a restart loses topics and offsets, so `start` creates
-//! the topics again, as a broker that kept its definitions would have them). What is still
+//! broker behind a proxy that "stops" it by cutting its clients off (the test broker keeps
+//! nothing across a real restart, a real broker would). What is still
 //! in the broker is the lag of the processing group; what a consumer holds is the fetched
 //! but uncommitted part while the group has members.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use wharf_host::external::kafka::KafkaSettings;
 use wharf_tests::kafka::{
@@ -11,12 +14,14 @@ use wharf_tests::kafka::{
 };
 use wharf_tests::unique_prefix;
 
-use crate::{Harness, open};
+use crate::Harness;
 
 pub struct KafkaHarness {
     brokers: String,
     prefix: String,
     node: Option<KafkaNode>,
+    /// Members `in_flight` reported as holding messages.
+    reported: Arc<Mutex<HashSet<String>>>,
 }
 
 impl KafkaHarness {
@@ -42,6 +47,7 @@ impl Harness for KafkaHarness {
             brokers: kafka_brokers(),
             prefix: unique_prefix("conformance").replace(':', "."),
             node: None,
+            reported: Arc::default(),
         }
     }
 
@@ -51,13 +57,14 @@ impl Harness for KafkaHarness {
             brokers: node.brokers(),
             prefix: "wharf-test.".to_string(),
             node: Some(node),
+            reported: Arc::default(),
         }
     }
 
     fn section(&self) -> String {
         let s = self.settings();
         format!(
-            "type = \"kafka\"\nbrokers = \"{}\"\ntopic_prefix = \"{}\"\nprocessing_group = \"{}\"\nreadiness_group = \"{}\"\npartitions = 2\n[providers.main.properties]\n{TEST_PROPERTIES}",
+            "type = \"kafka\"\nbrokers = \"{}\"\ntopic_prefix = \"{}\"\nprocessing_group = \"{}\"\nreadiness_group = \"{}\"\npartitions = 2\n{TEST_PROPERTIES}\n",
             self.brokers, s.topic_prefix, s.processing_group, s.readiness_group
         )
     }
@@ -84,18 +91,28 @@ impl Harness for KafkaHarness {
             .await
     }
 
+    /// Fetched and uncommitted messages while a member holds the partitions — counted once
+    /// per member: the test broker lists a killed member until the next one joins, so a
+    /// member already reported (and then killed or closed) holds nothing any more.
     async fn in_flight(&self, queue: &str) -> u64 {
         let queue = queue.to_string();
+        let reported = self.reported.clone();
         self.blocking(move |b, s| {
-            if kafka_members(&b, &s.processing_group) == 0 {
+            let members = kafka_members(&b, &s.processing_group);
+            let mut reported = reported.lock().unwrap();
+            if members.iter().all(|m| reported.contains(m)) {
                 return 0;
             }
             let topic = s.topic(&queue);
             let committed = kafka_committed(&b, &s.processing_group, &topic);
-            kafka_committed(&b, &s.delivered_group(), &topic)
+            let held = kafka_committed(&b, &s.delivered_group(), &topic)
                 .into_iter()
                 .map(|(p, mark)| (mark - committed.get(&p).copied().unwrap_or(0)).max(0) as u64)
-                .sum()
+                .sum();
+            if held > 0 {
+                reported.extend(members);
+            }
+            held
         })
         .await
     }
@@ -106,7 +123,5 @@ impl Harness for KafkaHarness {
 
     async fn start(&mut self) {
         self.node.as_mut().expect("a private broker").start_again().await;
-        let queues = ["export_order".to_string(), "stuck".to_string()];
-        open(self).await.prepare(&queues).await.unwrap();
     }
 }

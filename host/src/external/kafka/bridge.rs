@@ -48,6 +48,9 @@ impl ConsumerContext for Context {}
 pub struct KafkaReadiness {
     consumer: Arc<BaseConsumer<Context>>,
     context: Context,
+    /// Notifications handed out and not acknowledged: the activation failed, so they are
+    /// handed out again (the consumer's position is already past them).
+    unacknowledged: Mutex<Vec<(String, i32, i64)>>,
     /// Topic → queue.
     queues: HashMap<String, String>,
 }
@@ -68,6 +71,7 @@ impl KafkaReadiness {
                     .map_err(error)?,
             ),
             context,
+            unacknowledged: Mutex::new(Vec::new()),
             queues: queues
                 .iter()
                 .map(|q| (settings.topic(q), q.clone()))
@@ -138,7 +142,19 @@ impl ReadinessBridge for KafkaReadiness {
         } else {
             self.context.error.lock().expect("error").take();
         }
-        Ok(polled
+        let mut unacknowledged = self.unacknowledged.lock().expect("unacknowledged");
+        let again: Vec<Position> = unacknowledged
+            .drain(..)
+            .map(|(topic, partition, offset)| Position {
+                topic,
+                partition,
+                offset,
+            })
+            .collect();
+        let all: Vec<Position> = again.into_iter().chain(polled).collect();
+        unacknowledged.extend(all.iter().map(|p| (p.topic.clone(), p.partition, p.offset)));
+        drop(unacknowledged);
+        Ok(all
             .into_iter()
             .filter_map(|p| {
                 let queue = self.queues.get(&p.topic)?.clone();
@@ -165,7 +181,17 @@ impl ReadinessBridge for KafkaReadiness {
                 .expect("a valid offset");
         }
         self.blocking(move |c| c.commit(&tpl, CommitMode::Sync).map_err(error))
-            .await
+            .await?;
+        let done: Vec<(&str, i32, i64)> = notifications
+            .iter()
+            .filter_map(|n| n.handle.get::<Position>())
+            .map(|p| (p.topic.as_str(), p.partition, p.offset))
+            .collect();
+        self.unacknowledged
+            .lock()
+            .expect("unacknowledged")
+            .retain(|(t, p, o)| !done.contains(&(t.as_str(), *p, *o)));
+        Ok(())
     }
 
     async fn close(&self) {
