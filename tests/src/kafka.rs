@@ -48,114 +48,146 @@ pub async fn kafka_produce(brokers: &str, topic: &str, key: Option<&str>, body: 
         .expect("the broker takes the message");
 }
 
-/// The partitions of `topic`.
-pub fn kafka_partitions(brokers: &str, topic: &str) -> Vec<i32> {
-    let consumer: BaseConsumer = client(brokers).create().expect("a client");
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .expect("metadata");
-    metadata
-        .topics()
-        .iter()
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect()
+/// Reads back what a broker holds — partitions, partition ends, committed offsets, group
+/// members — with clients kept open between calls (a new client takes a while to connect).
+pub struct KafkaReader {
+    brokers: String,
+    clients: std::sync::Mutex<HashMap<String, Arc<BaseConsumer>>>,
 }
 
-/// One past the last offset of each partition of `topic`, found by reading the topic.
-pub fn kafka_ends(brokers: &str, topic: &str) -> HashMap<i32, i64> {
-    let partitions = kafka_partitions(brokers, topic);
-    let consumer: BaseConsumer = client(brokers)
-        .set("group.id", "wharf-tests-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a reader");
-    let mut tpl = TopicPartitionList::new();
-    for p in &partitions {
-        tpl.add_partition_offset(topic, *p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).expect("assigned");
-    let mut ends: HashMap<i32, i64> = partitions.iter().map(|p| (*p, 0)).collect();
-    // Reading stops after a quiet spell (longer before the first message, while the reader
-    // connects): every message of the test was acknowledged by the broker before this is
-    // asked.
-    let mut quiet_since = Instant::now();
-    let mut quiet = Duration::from_millis(1500);
-    while quiet_since.elapsed() < quiet {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
-            let end = ends.entry(m.partition()).or_insert(0);
-            *end = (*end).max(m.offset() + 1);
-            quiet_since = Instant::now();
-            quiet = Duration::from_millis(300);
+impl KafkaReader {
+    /// A reader of `brokers`.
+    pub fn new(brokers: &str) -> Self {
+        KafkaReader {
+            brokers: brokers.to_string(),
+            clients: std::sync::Mutex::default(),
         }
     }
-    ends
-}
 
-/// The committed offsets of `group` on `topic`, by partition (absent: none committed).
-pub fn kafka_committed(brokers: &str, group: &str, topic: &str) -> HashMap<i32, i64> {
-    let consumer: BaseConsumer = client(brokers)
-        .set("group.id", group)
-        .create()
-        .expect("a client");
-    let mut tpl = TopicPartitionList::new();
-    for p in kafka_partitions(brokers, topic) {
-        tpl.add_partition(topic, p);
+    /// The client of `group` (`""`: the reader's own).
+    fn client(&self, group: &str) -> Arc<BaseConsumer> {
+        let mut clients = self.clients.lock().unwrap();
+        clients
+            .entry(group.to_string())
+            .or_insert_with(|| {
+                let group = if group.is_empty() {
+                    "wharf-tests-reader"
+                } else {
+                    group
+                };
+                Arc::new(
+                    client(&self.brokers)
+                        .set("group.id", group)
+                        .set("enable.auto.commit", "false")
+                        .set("enable.partition.eof", "true")
+                        .set("fetch.wait.max.ms", "10")
+                        .create()
+                        .expect("a client"),
+                )
+            })
+            .clone()
     }
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
-    committed
-        .elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(n) => Some((e.partition(), n)),
-            _ => None,
-        })
-        .collect()
-}
 
-/// Messages of `topic` past `group`'s committed offsets.
-pub fn kafka_lag(brokers: &str, group: &str, topic: &str) -> u64 {
-    let committed = kafka_committed(brokers, group, topic);
-    kafka_ends(brokers, topic)
-        .into_iter()
-        .map(|(p, end)| (end - committed.get(&p).copied().unwrap_or(0)).max(0) as u64)
-        .sum()
-}
-
-/// The member ids of consumer group `group` once it is stable (its partitions assigned; the
-/// test broker keeps a killed member listed until another one joins).
-pub fn kafka_members(brokers: &str, group: &str) -> Vec<String> {
-    let consumer: BaseConsumer = client(brokers).create().expect("a client");
-    consumer
-        .fetch_group_list(Some(group), Duration::from_secs(10))
-        .map(|list| {
-            list.groups()
-                .iter()
-                .filter(|g| g.state() == "Stable")
-                .flat_map(|g| g.members().iter().map(|m| m.id().to_string()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Commit `group`'s offsets of `topic` to its ends (its messages count as consumed). The
-/// group must have no members.
-pub fn kafka_skip_to_end(brokers: &str, group: &str, topic: &str) {
-    let consumer: BaseConsumer = client(brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a client");
-    let mut tpl = TopicPartitionList::new();
-    for (p, end) in kafka_ends(brokers, topic) {
-        tpl.add_partition_offset(topic, p, Offset::Offset(end))
-            .unwrap();
+    /// The partitions of `topic`.
+    pub fn partitions(&self, topic: &str) -> Vec<i32> {
+        let metadata = self
+            .client("")
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .expect("metadata");
+        metadata
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect()
     }
-    consumer
-        .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
-        .expect("committed");
+
+    /// One past the last offset of each partition of `topic`, found by reading the topic to
+    /// the end each fetch reports.
+    pub fn ends(&self, topic: &str) -> HashMap<i32, i64> {
+        let partitions = self.partitions(topic);
+        let reader = self.client("");
+        let mut tpl = TopicPartitionList::new();
+        for p in &partitions {
+            tpl.add_partition_offset(topic, *p, Offset::Beginning)
+                .unwrap();
+        }
+        reader.assign(&tpl).expect("assigned");
+        let mut ends: HashMap<i32, i64> = partitions.iter().map(|p| (*p, 0)).collect();
+        let mut open: std::collections::HashSet<i32> = partitions.iter().copied().collect();
+        let started = Instant::now();
+        while !open.is_empty() && started.elapsed() < Duration::from_secs(20) {
+            match reader.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) if m.topic() == topic => {
+                    let end = ends.entry(m.partition()).or_insert(0);
+                    *end = (*end).max(m.offset() + 1);
+                }
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    open.remove(&p);
+                }
+                _ => {}
+            }
+        }
+        let _ = reader.unassign();
+        assert!(open.is_empty(), "partitions {open:?} of `{topic}` never reported their end");
+        ends
+    }
+
+    /// The committed offsets of `group` on `topic`, by partition (absent: none committed).
+    pub fn committed(&self, group: &str, topic: &str) -> HashMap<i32, i64> {
+        let mut tpl = TopicPartitionList::new();
+        for p in self.partitions(topic) {
+            tpl.add_partition(topic, p);
+        }
+        let committed = self
+            .client(group)
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .expect("committed offsets");
+        committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(n) => Some((e.partition(), n)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Messages of `topic` past `group`'s committed offsets.
+    pub fn lag(&self, group: &str, topic: &str) -> u64 {
+        let committed = self.committed(group, topic);
+        self.ends(topic)
+            .into_iter()
+            .map(|(p, end)| (end - committed.get(&p).copied().unwrap_or(0)).max(0) as u64)
+            .sum()
+    }
+
+    /// The member ids of consumer group `group` once it is stable (its partitions assigned;
+    /// the test broker keeps a killed member listed until another one joins).
+    pub fn members(&self, group: &str) -> Vec<String> {
+        self.client("")
+            .fetch_group_list(Some(group), Duration::from_secs(10))
+            .map(|list| {
+                list.groups()
+                    .iter()
+                    .filter(|g| g.state() == "Stable")
+                    .flat_map(|g| g.members().iter().map(|m| m.id().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Commit `group`'s offsets of `topic` to its ends (its messages count as consumed).
+    /// The group must have no members.
+    pub fn skip_to_end(&self, group: &str, topic: &str) {
+        let mut tpl = TopicPartitionList::new();
+        for (p, end) in self.ends(topic) {
+            tpl.add_partition_offset(topic, p, Offset::Offset(end))
+                .unwrap();
+        }
+        self.client(group)
+            .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
+            .expect("committed");
+    }
 }
 
 /// The `tansu` binary: `WHARF_TANSU`, or where `cargo xtask test` installs it.

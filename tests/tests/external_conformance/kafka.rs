@@ -8,10 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use wharf_host::external::kafka::KafkaSettings;
-use wharf_tests::kafka::{
-    KafkaNode, TEST_PROPERTIES, kafka_brokers, kafka_committed, kafka_lag, kafka_members,
-    kafka_produce, kafka_skip_to_end,
-};
+use wharf_tests::kafka::{KafkaNode, KafkaReader, TEST_PROPERTIES, kafka_brokers, kafka_produce};
 use wharf_tests::unique_prefix;
 
 use crate::Harness;
@@ -20,6 +17,7 @@ pub struct KafkaHarness {
     brokers: String,
     prefix: String,
     node: Option<KafkaNode>,
+    reader: Arc<KafkaReader>,
     /// Members `in_flight` reported as holding messages.
     reported: Arc<Mutex<HashSet<String>>>,
 }
@@ -33,9 +31,12 @@ impl KafkaHarness {
         s
     }
 
-    async fn blocking<T: Send + 'static>(&self, work: impl FnOnce(String, KafkaSettings) -> T + Send + 'static) -> T {
-        let (brokers, settings) = (self.brokers.clone(), self.settings());
-        tokio::task::spawn_blocking(move || work(brokers, settings))
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&KafkaReader, KafkaSettings) -> T + Send + 'static,
+    ) -> T {
+        let (reader, settings) = (self.reader.clone(), self.settings());
+        tokio::task::spawn_blocking(move || work(&reader, settings))
             .await
             .unwrap()
     }
@@ -44,6 +45,7 @@ impl KafkaHarness {
 impl Harness for KafkaHarness {
     async fn shared() -> Self {
         KafkaHarness {
+            reader: Arc::new(KafkaReader::new(&kafka_brokers())),
             brokers: kafka_brokers(),
             prefix: unique_prefix("conformance").replace(':', "."),
             node: None,
@@ -54,6 +56,7 @@ impl Harness for KafkaHarness {
     async fn private() -> Self {
         let node = KafkaNode::start().await;
         KafkaHarness {
+            reader: Arc::new(KafkaReader::new(&node.brokers())),
             brokers: node.brokers(),
             prefix: "wharf-test.".to_string(),
             node: Some(node),
@@ -75,19 +78,19 @@ impl Harness for KafkaHarness {
 
     async fn drop_notifications(&self, queue: &str) {
         let queue = queue.to_string();
-        self.blocking(move |b, s| kafka_skip_to_end(&b, &s.readiness_group, &s.topic(&queue)))
+        self.blocking(move |r, s| r.skip_to_end(&s.readiness_group, &s.topic(&queue)))
             .await;
     }
 
     async fn unacknowledged_notifications(&self, queue: &str) -> u64 {
         let queue = queue.to_string();
-        self.blocking(move |b, s| kafka_lag(&b, &s.readiness_group, &s.topic(&queue)))
+        self.blocking(move |r, s| r.lag(&s.readiness_group, &s.topic(&queue)))
             .await
     }
 
     async fn remaining(&self, queue: &str) -> u64 {
         let queue = queue.to_string();
-        self.blocking(move |b, s| kafka_lag(&b, &s.processing_group, &s.topic(&queue)))
+        self.blocking(move |r, s| r.lag(&s.processing_group, &s.topic(&queue)))
             .await
     }
 
@@ -97,15 +100,15 @@ impl Harness for KafkaHarness {
     async fn in_flight(&self, queue: &str) -> u64 {
         let queue = queue.to_string();
         let reported = self.reported.clone();
-        self.blocking(move |b, s| {
-            let members = kafka_members(&b, &s.processing_group);
+        self.blocking(move |r, s| {
+            let members = r.members(&s.processing_group);
             let mut reported = reported.lock().unwrap();
             if members.iter().all(|m| reported.contains(m)) {
                 return 0;
             }
             let topic = s.topic(&queue);
-            let committed = kafka_committed(&b, &s.processing_group, &topic);
-            let held = kafka_committed(&b, &s.delivered_group(), &topic)
+            let committed = r.committed(&s.processing_group, &topic);
+            let held = r.committed(&s.delivered_group(), &topic)
                 .into_iter()
                 .map(|(p, mark)| (mark - committed.get(&p).copied().unwrap_or(0)).max(0) as u64)
                 .sum();
