@@ -182,6 +182,7 @@ impl Shared {
         if running > 0 {
             tracing::info!(queue = %self.queue, running, "partitions revoked while messages still run: they are delivered again to the new owner");
         }
+        tracing::info!(queue = %self.queue, topic = %self.topic, partitions = ?partitions, "kafka partitions revoked");
         self.commit(consumer, commits, CommitMode::Sync);
     }
 
@@ -212,6 +213,9 @@ impl Shared {
         for ((p, c), m) in partitions.iter().zip(committed).zip(marks) {
             tracker.assign(*p, c, m);
         }
+        let mut held = tracker.partitions();
+        held.sort_unstable();
+        tracing::info!(queue = %self.queue, topic = %self.topic, partitions = ?held, "kafka partitions assigned");
     }
 }
 

@@ -1,0 +1,288 @@
+//! What is particular to the Kafka provider, on the real broker (`KAFKA_BROKERS`): the
+//! committed offsets of both groups read back from the broker (processing commits wait for
+//! the slowest unsettled offset, readiness commits leave processing offsets alone), a direct
+//! producer keying by MessageId, and two hosts sharing the processing group — partitions
+//! split between them, one SIGKILLed mid-load, nothing lost. The behaviour every provider
+//! shares is in the conformance suite (`external_conformance`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use wharf_host::external::Envelope;
+use wharf_host::external::kafka::KafkaSettings;
+use wharf_tests::kafka::{KafkaReader, TEST_PROPERTIES, kafka_brokers, kafka_produce};
+use wharf_tests::{PgSchema, TestDir, database_url, messages, spawn_wharf, unique_prefix, wait_for};
+
+const T: Duration = Duration::from_secs(60);
+
+/// Topic and group names of a test's own on the shared broker.
+fn settings(partitions: i32) -> KafkaSettings {
+    let prefix = unique_prefix("kafka").replace(':', ".");
+    let mut s = KafkaSettings::new(kafka_brokers());
+    s.processing_group = format!("{prefix}processing");
+    s.readiness_group = format!("{prefix}readiness");
+    s.topic_prefix = prefix;
+    s.partitions = partitions;
+    s
+}
+
+fn config(s: &KafkaSettings, queue_extra: &str) -> String {
+    format!(
+        r#"
+[external]
+reconcile_interval = "300ms"
+
+[providers.kafka]
+type = "kafka"
+brokers = "{brokers}"
+topic_prefix = "{prefix}"
+processing_group = "{processing}"
+readiness_group = "{readiness}"
+partitions = {partitions}
+{TEST_PROPERTIES}
+
+[queues.export_order]
+handler = "flaky"
+storage = "external"
+provider = "kafka"
+backoff = "10ms"
+max_backoff = "20ms"
+{queue_extra}
+
+[queues.replies]
+handler = "not-deployed"
+"#,
+        brokers = s.brokers,
+        prefix = s.topic_prefix,
+        processing = s.processing_group,
+        readiness = s.readiness_group,
+        partitions = s.partitions,
+    )
+}
+
+fn envelope(n: usize, extra: serde_json::Value) -> Vec<u8> {
+    let mut payload = json!({"reply_to": "replies", "n": n});
+    payload
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    Envelope::new(payload.to_string(), Some(format!("order-{n}")), 0)
+        .to_json()
+        .into_bytes()
+}
+
+async fn blocking<T: Send + 'static>(
+    reader: &Arc<KafkaReader>,
+    work: impl FnOnce(&KafkaReader) -> T + Send + 'static,
+) -> T {
+    let reader = reader.clone();
+    tokio::task::spawn_blocking(move || work(&reader))
+        .await
+        .unwrap()
+}
+
+/// The `n` of every reply.
+async fn done(host: &wharf_host::RunningHost) -> BTreeSet<i64> {
+    messages(host, "replies")
+        .await
+        .iter()
+        .map(|m| {
+            let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+            v["seen"]["n"].as_i64().unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processing_commits_wait_for_the_slow_first_message_and_readiness_commits_are_apart() {
+    // One partition: a slow first message, four fast ones after it.
+    let s = settings(1);
+    let topic = s.topic("export_order");
+    let reader = Arc::new(KafkaReader::new(&s.brokers));
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&config(&s, "concurrency = 8")).await;
+    kafka_produce(
+        &s.brokers,
+        &topic,
+        Some("order-0"),
+        &envelope(0, json!({"sleep_ms": 3000})),
+    )
+    .await;
+    for n in 1..5 {
+        kafka_produce(&s.brokers, &topic, Some(&format!("order-{n}")), &envelope(n, json!({})))
+            .await;
+    }
+    wait_for(T, "the four fast messages", || async {
+        (done(&host).await == BTreeSet::from([1, 2, 3, 4])).then_some(())
+    })
+    .await;
+    // Readiness saw all five and committed them; processing stays at the slow one.
+    let (group, readiness) = (s.processing_group.clone(), s.readiness_group.clone());
+    let t = topic.clone();
+    wait_for(T, "the readiness group to commit every notification", || {
+        let (reader, readiness, t) = (reader.clone(), readiness.clone(), t.clone());
+        async move {
+            let committed = blocking(&reader, move |r| r.committed(&readiness, &t)).await;
+            (committed.get(&0) == Some(&5)).then_some(())
+        }
+    })
+    .await;
+    let t = topic.clone();
+    let g = group.clone();
+    let processing = blocking(&reader, move |r| r.committed(&g, &t)).await;
+    assert!(
+        processing.get(&0).copied().unwrap_or(0) == 0,
+        "the commit must not pass offset 0 while it runs: {processing:?}"
+    );
+    assert!(
+        !done(&host).await.contains(&0),
+        "the slow message is still running"
+    );
+    // Once it finishes, the commit moves past all five.
+    wait_for(T, "the slow message and the commit past it", || {
+        let (reader, g, t) = (reader.clone(), group.clone(), topic.clone());
+        let host = &host;
+        async move {
+            let committed = blocking(&reader, move |r| r.committed(&g, &t)).await;
+            (done(host).await.contains(&0) && committed.get(&0) == Some(&5)).then_some(())
+        }
+    })
+    .await;
+    host.shutdown().await;
+}
+
+/// The partitions a spawned host holds, from the last assignment it logged.
+fn held_by(dir: &TestDir) -> BTreeSet<i32> {
+    let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
+    let Some(line) = log.lines().rev().find(|l| l.contains("kafka partitions assigned")) else {
+        return BTreeSet::new();
+    };
+    // Without the terminal colours the log may carry.
+    let mut plain = String::new();
+    let mut escape = false;
+    for c in line.chars() {
+        match (escape, c) {
+            (false, '\u{1b}') => escape = true,
+            (true, 'm') => escape = false,
+            (true, _) => {}
+            (false, c) => plain.push(c),
+        }
+    }
+    let list = plain
+        .split("partitions=[")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap_or_default();
+    list.split(',').filter_map(|p| p.trim().parse().ok()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_split_the_partitions_and_one_killed_mid_load_loses_nothing() {
+    let s = settings(4);
+    let topic = s.topic("export_order");
+    let reader = Arc::new(KafkaReader::new(&s.brokers));
+    let schema = PgSchema::new();
+    let queue_extra = "concurrency = 4\ntimeout = \"5s\"\ninbox = { store = \"sql\" }";
+    let text = format!(
+        "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\nurl = \"{}\"\nschema = \"{}\"\npoll_interval = \"100ms\"\n{}",
+        database_url(),
+        schema.name,
+        config(&s, queue_extra)
+    );
+    let dirs = [TestDir::new(), TestDir::new()];
+    for dir in &dirs {
+        dir.deploy("flaky", "flaky");
+        std::fs::write(dir.path("wharf.toml"), &text).unwrap();
+    }
+    const N: usize = 2000;
+    // Published by a plain producer (not Wharf's code), keyed by MessageId. The first one
+    // before the hosts start: the test broker hands out a new topic's partitions only once
+    // it holds a message.
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &s.brokers)
+        .create()
+        .unwrap();
+    let provider = wharf_host::external::Providers::open(
+        &wharf_host::Config::load(&dirs[0].path("wharf.toml")).unwrap(),
+    )
+    .await
+    .unwrap();
+    provider
+        .get("kafka")
+        .unwrap()
+        .prepare(&["export_order".to_string()])
+        .await
+        .unwrap();
+    kafka_produce(&s.brokers, &topic, Some("order-0"), &envelope(0, json!({}))).await;
+    let mut first = spawn_wharf(dirs[0].dir.path());
+    let mut second = spawn_wharf(dirs[1].dir.path());
+    wait_for(T, "both hosts to share the partitions", || async {
+        let split = [held_by(&dirs[0]), held_by(&dirs[1])];
+        let all: BTreeSet<i32> = split.iter().flatten().copied().collect();
+        (split.iter().all(|a| !a.is_empty()) && all.len() == 4).then_some(())
+    })
+    .await;
+    let sends: Vec<_> = (1..N)
+        .map(|n| {
+            let key = format!("order-{n}");
+            let body = envelope(n, json!({"sleep_ms": 4}));
+            let producer = producer.clone();
+            let topic = topic.clone();
+            async move {
+                producer
+                    .send(
+                        rdkafka::producer::FutureRecord::to(&topic).key(&key).payload(&body),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .map_err(|(e, _)| e)
+                    .unwrap();
+            }
+        })
+        .collect();
+    futures_util::future::join_all(sends).await;
+
+    let store = wharf_host::queue::open(&database_url(), Some(&schema.name), 2)
+        .await
+        .unwrap();
+    let seen = || async {
+        let all = store
+            .list(&wharf_host::queue::MessageFilter {
+                queue: Some("replies".into()),
+                status: None,
+                limit: 1_000_000,
+            })
+            .await
+            .unwrap_or_default();
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        for m in all {
+            let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+            *counts.entry(v["seen"]["n"].as_u64().unwrap()).or_default() += 1;
+        }
+        counts
+    };
+    wait_for(T, "300 messages before the kill", || async {
+        (seen().await.len() >= 300).then_some(())
+    })
+    .await;
+    first.kill(); // SIGKILL: its partitions move to the other host after its session ends
+    assert!(seen().await.len() < N, "killed too late to prove anything");
+    wait_for(
+        Duration::from_secs(120),
+        "every message on the surviving host",
+        || async { (seen().await.len() == N).then_some(()) },
+    )
+    .await;
+    let twice: Vec<(u64, usize)> = seen()
+        .await
+        .into_iter()
+        .filter(|(_, c)| *c > 1)
+        .collect();
+    // The inbox skips redeliveries of messages that succeeded; only those running on the
+    // killed host (at most its concurrency) can have replied twice.
+    assert!(twice.len() <= 4, "duplicates beyond the documented ones: {twice:?}");
+    second.terminate();
+}
