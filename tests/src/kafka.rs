@@ -128,7 +128,10 @@ impl KafkaReader {
             }
         }
         let _ = reader.unassign();
-        assert!(open.is_empty(), "partitions {open:?} of `{topic}` never reported their end");
+        assert!(
+            open.is_empty(),
+            "partitions {open:?} of `{topic}` never reported their end"
+        );
         ends
     }
 

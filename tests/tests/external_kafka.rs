@@ -13,7 +13,9 @@ use serde_json::json;
 use wharf_host::external::Envelope;
 use wharf_host::external::kafka::KafkaSettings;
 use wharf_tests::kafka::{KafkaReader, TEST_PROPERTIES, kafka_brokers, kafka_produce};
-use wharf_tests::{PgSchema, TestDir, database_url, messages, spawn_wharf, unique_prefix, wait_for};
+use wharf_tests::{
+    PgSchema, TestDir, database_url, messages, spawn_wharf, unique_prefix, wait_for,
+};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -112,8 +114,13 @@ async fn processing_commits_wait_for_the_slow_first_message_and_readiness_commit
     )
     .await;
     for n in 1..5 {
-        kafka_produce(&s.brokers, &topic, Some(&format!("order-{n}")), &envelope(n, json!({})))
-            .await;
+        kafka_produce(
+            &s.brokers,
+            &topic,
+            Some(&format!("order-{n}")),
+            &envelope(n, json!({})),
+        )
+        .await;
     }
     wait_for(T, "the four fast messages", || async {
         (done(&host).await == BTreeSet::from([1, 2, 3, 4])).then_some(())
@@ -122,13 +129,17 @@ async fn processing_commits_wait_for_the_slow_first_message_and_readiness_commit
     // Readiness saw all five and committed them; processing stays at the slow one.
     let (group, readiness) = (s.processing_group.clone(), s.readiness_group.clone());
     let t = topic.clone();
-    wait_for(T, "the readiness group to commit every notification", || {
-        let (reader, readiness, t) = (reader.clone(), readiness.clone(), t.clone());
-        async move {
-            let committed = blocking(&reader, move |r| r.committed(&readiness, &t)).await;
-            (committed.get(&0) == Some(&5)).then_some(())
-        }
-    })
+    wait_for(
+        T,
+        "the readiness group to commit every notification",
+        || {
+            let (reader, readiness, t) = (reader.clone(), readiness.clone(), t.clone());
+            async move {
+                let committed = blocking(&reader, move |r| r.committed(&readiness, &t)).await;
+                (committed.get(&0) == Some(&5)).then_some(())
+            }
+        },
+    )
     .await;
     let t = topic.clone();
     let g = group.clone();
@@ -157,7 +168,11 @@ async fn processing_commits_wait_for_the_slow_first_message_and_readiness_commit
 /// The partitions a spawned host holds, from the last assignment it logged.
 fn held_by(dir: &TestDir) -> BTreeSet<i32> {
     let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
-    let Some(line) = log.lines().rev().find(|l| l.contains("kafka partitions assigned")) else {
+    let Some(line) = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("kafka partitions assigned"))
+    else {
         return BTreeSet::new();
     };
     // Without the terminal colours the log may carry.
@@ -176,14 +191,15 @@ fn held_by(dir: &TestDir) -> BTreeSet<i32> {
         .nth(1)
         .and_then(|rest| rest.split(']').next())
         .unwrap_or_default();
-    list.split(',').filter_map(|p| p.trim().parse().ok()).collect()
+    list.split(',')
+        .filter_map(|p| p.trim().parse().ok())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hosts_split_the_partitions_and_one_killed_mid_load_loses_nothing() {
     let s = settings(4);
     let topic = s.topic("export_order");
-    let reader = Arc::new(KafkaReader::new(&s.brokers));
     let schema = PgSchema::new();
     let queue_extra = "concurrency = 4\ntimeout = \"5s\"\ninbox = { store = \"sql\" }";
     let text = format!(
@@ -234,7 +250,9 @@ async fn two_hosts_split_the_partitions_and_one_killed_mid_load_loses_nothing() 
             async move {
                 producer
                     .send(
-                        rdkafka::producer::FutureRecord::to(&topic).key(&key).payload(&body),
+                        rdkafka::producer::FutureRecord::to(&topic)
+                            .key(&key)
+                            .payload(&body),
                         Duration::from_secs(30),
                     )
                     .await
@@ -276,13 +294,12 @@ async fn two_hosts_split_the_partitions_and_one_killed_mid_load_loses_nothing() 
         || async { (seen().await.len() == N).then_some(()) },
     )
     .await;
-    let twice: Vec<(u64, usize)> = seen()
-        .await
-        .into_iter()
-        .filter(|(_, c)| *c > 1)
-        .collect();
+    let twice: Vec<(u64, usize)> = seen().await.into_iter().filter(|(_, c)| *c > 1).collect();
     // The inbox skips redeliveries of messages that succeeded; only those running on the
     // killed host (at most its concurrency) can have replied twice.
-    assert!(twice.len() <= 4, "duplicates beyond the documented ones: {twice:?}");
+    assert!(
+        twice.len() <= 4,
+        "duplicates beyond the documented ones: {twice:?}"
+    );
     second.terminate();
 }

@@ -166,5 +166,6 @@ pub fn ensure_kafka() -> Result<()> {
         binary.display(),
         log.display()
     )))?;
-    wait_listening("tansu", ADDR).with_context(|| format!("starting tansu (its log: {})", log.display()))
+    wait_listening("tansu", ADDR)
+        .with_context(|| format!("starting tansu (its log: {})", log.display()))
 }

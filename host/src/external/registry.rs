@@ -47,8 +47,11 @@ pub trait ProviderKind: Send + Sync + 'static {
 }
 
 /// Every provider type, by `type`.
-pub static KINDS: &[&dyn ProviderKind] =
-    &[&super::redis::RedisKind, &super::rabbitmq::RabbitMqKind, &super::kafka::KafkaKind];
+pub static KINDS: &[&dyn ProviderKind] = &[
+    &super::redis::RedisKind,
+    &super::rabbitmq::RabbitMqKind,
+    &super::kafka::KafkaKind,
+];
 
 /// The provider type called `name`.
 pub fn find(name: &str) -> Option<&'static dyn ProviderKind> {

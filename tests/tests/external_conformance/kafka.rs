@@ -108,7 +108,8 @@ impl Harness for KafkaHarness {
             }
             let topic = s.topic(&queue);
             let committed = r.committed(&s.processing_group, &topic);
-            let held = r.committed(&s.delivered_group(), &topic)
+            let held = r
+                .committed(&s.delivered_group(), &topic)
                 .into_iter()
                 .map(|(p, mark)| (mark - committed.get(&p).copied().unwrap_or(0)).max(0) as u64)
                 .sum();
@@ -125,6 +126,10 @@ impl Harness for KafkaHarness {
     }
 
     async fn start(&mut self) {
-        self.node.as_mut().expect("a private broker").start_again().await;
+        self.node
+            .as_mut()
+            .expect("a private broker")
+            .start_again()
+            .await;
     }
 }

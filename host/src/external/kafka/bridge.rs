@@ -65,11 +65,7 @@ impl KafkaReadiness {
         let mut config = settings.consumer(&settings.readiness_group);
         config.set("client.id", format!("wharf {provider} readiness"));
         Ok(KafkaReadiness {
-            consumer: Arc::new(
-                config
-                    .create_with_context(context.clone())
-                    .map_err(error)?,
-            ),
+            consumer: Arc::new(config.create_with_context(context.clone()).map_err(error)?),
             context,
             unacknowledged: Mutex::new(Vec::new()),
             queues: queues
@@ -168,7 +164,10 @@ impl ReadinessBridge for KafkaReadiness {
 
     async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError> {
         let mut next: HashMap<(String, i32), i64> = HashMap::new();
-        for p in notifications.iter().filter_map(|n| n.handle.get::<Position>()) {
+        for p in notifications
+            .iter()
+            .filter_map(|n| n.handle.get::<Position>())
+        {
             let offset = next.entry((p.topic.clone(), p.partition)).or_insert(0);
             *offset = (*offset).max(p.offset + 1);
         }

@@ -22,9 +22,7 @@ use tokio::sync::Notify;
 
 use super::offsets::{Commit, Tracker};
 use super::{ADMIN_TIMEOUT, KafkaSettings, Quiet, error};
-use crate::external::{
-    Consumer, Delivery, DeliveryCount, ErrorKind, Handle, Nack, ProviderError,
-};
+use crate::external::{Consumer, Delivery, DeliveryCount, ErrorKind, Handle, Nack, ProviderError};
 
 /// How long one poll waits for a message (and so how soon settled offsets are committed).
 const POLL: Duration = Duration::from_millis(50);
@@ -170,11 +168,7 @@ impl Shared {
             if left.is_zero() {
                 break;
             }
-            tracker = self
-                .settled
-                .wait_timeout(tracker, left)
-                .expect("tracker")
-                .0;
+            tracker = self.settled.wait_timeout(tracker, left).expect("tracker").0;
         }
         let running = tracker.out(partitions);
         let commits = tracker.revoke(partitions);
@@ -196,10 +190,12 @@ impl Shared {
             });
             partitions
                 .iter()
-                .map(|p| match tpl.find_partition(&self.topic, *p).map(|e| e.offset()) {
-                    Some(Offset::Offset(n)) => Some(n),
-                    _ => None,
-                })
+                .map(
+                    |p| match tpl.find_partition(&self.topic, *p).map(|e| e.offset()) {
+                        Some(Offset::Offset(n)) => Some(n),
+                        _ => None,
+                    },
+                )
                 .collect()
         };
         let committed = read(consumer.committed_offsets(query.clone(), ADMIN_TIMEOUT));
@@ -317,7 +313,11 @@ fn poll_loop(consumer: BaseConsumer<Context>, shared: Arc<Shared>) {
 /// it has drained to half.
 fn flow(consumer: &BaseConsumer<Context>, shared: &Shared, paused: &mut Option<u64>) {
     let buffered = shared.buffer.lock().expect("buffer").len();
-    let limit = if paused.is_some() { shared.cap / 2 } else { shared.cap };
+    let limit = if paused.is_some() {
+        shared.cap / 2
+    } else {
+        shared.cap
+    };
     let want = shared.stopped.load(Ordering::Acquire) || buffered >= limit.max(1);
     let generations = shared.tracker.lock().expect("tracker").generations();
     let Ok(assignment) = consumer.assignment() else {
@@ -515,8 +515,17 @@ impl Consumer for KafkaConsumer {
 
     async fn stop(&self) -> Vec<Delivery> {
         self.shared.stopped.store(true, Ordering::Release);
-        let buffered: Vec<_> = self.shared.buffer.lock().expect("buffer").drain(..).collect();
-        buffered.into_iter().map(|(r, replay)| r.delivery(replay)).collect()
+        let buffered: Vec<_> = self
+            .shared
+            .buffer
+            .lock()
+            .expect("buffer")
+            .drain(..)
+            .collect();
+        buffered
+            .into_iter()
+            .map(|(r, replay)| r.delivery(replay))
+            .collect()
     }
 
     async fn close(&self) {

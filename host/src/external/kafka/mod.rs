@@ -55,15 +55,15 @@ use crate::queue::EnqueueStatus;
 const KIND: &str = "kafka";
 
 /// Longest an administrative request (metadata, topic creation, committed offsets) waits.
-const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sort a Kafka error into the provider error kinds.
 pub(crate) fn error(e: KafkaError) -> ProviderError {
     use RDKafkaErrorCode as C;
     let kind = match e.rdkafka_error_code() {
-        Some(
-            C::MessageTimedOut | C::RequestTimedOut | C::OperationTimedOut | C::TimedOutQueue,
-        ) => ErrorKind::Timeout,
+        Some(C::MessageTimedOut | C::RequestTimedOut | C::OperationTimedOut | C::TimedOutQueue) => {
+            ErrorKind::Timeout
+        }
         Some(
             C::TopicAuthorizationFailed
             | C::GroupAuthorizationFailed
@@ -122,7 +122,10 @@ impl KafkaProvider {
         Ok(KafkaProvider {
             name: name.to_string(),
             producer: producer.create_with_context(Quiet).map_err(error)?,
-            admin: settings.client().create_with_context(Quiet).map_err(error)?,
+            admin: settings
+                .client()
+                .create_with_context(Quiet)
+                .map_err(error)?,
             settings,
             prepared: Mutex::new(HashSet::new()),
         })

@@ -278,7 +278,11 @@ mod tests {
         t.fetched(0, 8).unwrap();
         assert!(t.hand_out(0, g, 5) && t.hand_out(0, g, 8));
         assert!(t.settle(0, g, 8));
-        assert_eq!(offsets(t.commits()), vec![(0, 5)], "up to the first unsettled");
+        assert_eq!(
+            offsets(t.commits()),
+            vec![(0, 5)],
+            "up to the first unsettled"
+        );
         assert!(t.settle(0, g, 5));
         assert_eq!(offsets(t.commits()), vec![(0, 9)]);
     }

@@ -163,7 +163,10 @@ impl KafkaSettings {
             // host started is skipped.
             config.set("auto.offset.reset", "earliest");
         }
-        if !self.properties.contains_key("topic.metadata.refresh.interval.ms") {
+        if !self
+            .properties
+            .contains_key("topic.metadata.refresh.interval.ms")
+        {
             // A topic created after the consumer started (the broker was down) is seen soon.
             config.set("topic.metadata.refresh.interval.ms", "10000");
         }
@@ -309,10 +312,8 @@ mod tests {
 
     #[test]
     fn equal_groups_are_refused() {
-        let e = check(
-            "brokers = \"b:9092\"\nprocessing_group = \"g\"\nreadiness_group = \"g\"",
-        )
-        .unwrap_err();
+        let e = check("brokers = \"b:9092\"\nprocessing_group = \"g\"\nreadiness_group = \"g\"")
+            .unwrap_err();
         assert_eq!(e.key, "readiness_group");
         assert!(e.reason.contains("must differ"), "{e:?}");
     }
