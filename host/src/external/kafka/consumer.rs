@@ -21,7 +21,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
 use super::offsets::{Commit, Tracker};
-use super::{ADMIN_TIMEOUT, KafkaSettings, Quiet, error};
+use super::{ADMIN_TIMEOUT, KafkaSettings, Quiet, error, is_outage};
 use crate::external::{Consumer, Delivery, DeliveryCount, ErrorKind, Handle, Nack, ProviderError};
 
 /// How long one poll waits for a message (and so how soon settled offsets are committed).
@@ -227,6 +227,9 @@ impl ClientContext for Context {
         Quiet.log(level, facility, message);
     }
     fn error(&self, e: KafkaError, reason: &str) {
+        if !is_outage(&e) {
+            return Quiet.error(e, reason);
+        }
         let mut e = error(e);
         e.message = format!("{} ({reason})", e.message);
         self.shared.failed(&e);

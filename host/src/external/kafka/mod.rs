@@ -83,6 +83,13 @@ pub(crate) fn error(e: KafkaError) -> ProviderError {
     ProviderError::with_source(KIND, kind, e)
 }
 
+/// Whether a client error reported by librdkafka means the broker cannot be used. A single
+/// broker connection that drops (an idle connection closed by the broker, one broker of a
+/// cluster restarting) is retried by librdkafka on its own and is not.
+pub(crate) fn is_outage(e: &KafkaError) -> bool {
+    e.rdkafka_error_code() != Some(RDKafkaErrorCode::BrokerTransportFailure)
+}
+
 /// librdkafka's log lines and client errors, routed to `tracing` at debug level: failures
 /// surface through the calls that fail and the health checks, once per outage.
 #[derive(Clone, Default)]
