@@ -30,6 +30,9 @@ const POLL: Duration = Duration::from_millis(50);
 const CHUNK: usize = 512;
 /// How often a consumer in trouble checks whether the broker answers again.
 const RECHECK: Duration = Duration::from_secs(1);
+/// Longest the poll thread waits for the host to take buffered messages before it polls
+/// again (it must poll now and then to stay in its group and serve rebalances).
+const ROOM_WAIT: Duration = Duration::from_millis(100);
 
 /// One fetched message; its handle, enough to hand it out again.
 #[derive(Debug)]
@@ -95,12 +98,15 @@ struct Shared {
     topic: String,
     queue: String,
     grace: Duration,
+    /// Buffered messages above which the poll thread waits for the host to take some.
     cap: usize,
     tracker: Mutex<Tracker>,
     /// Signalled when a handed-out message is settled or handed back.
     settled: Condvar,
     /// Fetched messages not handed out, with whether each is a replay.
     buffer: Mutex<VecDeque<(Arc<Record>, bool)>>,
+    /// Signalled when the host took buffered messages.
+    taken: Condvar,
     arrived: Notify,
     stopped: AtomicBool,
     closing: AtomicBool,
@@ -276,6 +282,7 @@ fn poll_loop(consumer: BaseConsumer<Context>, shared: Arc<Shared>) {
     let mut paused: Option<u64> = None;
     let mut last_check = Instant::now();
     while !shared.closing.load(Ordering::Acquire) {
+        wait_for_room(&shared);
         flow(&consumer, &shared, &mut paused);
         let mut chunk = Vec::new();
         let mut wait = POLL;
@@ -292,7 +299,11 @@ fn poll_loop(consumer: BaseConsumer<Context>, shared: Arc<Shared>) {
         }
         if !chunk.is_empty() {
             shared.recovered();
-            accept(&consumer, &shared, chunk);
+            // Fetched after shutdown began (already on its way when the partitions were
+            // paused): left uncommitted and unmarked, for the next run.
+            if !shared.stopped.load(Ordering::Acquire) {
+                accept(&consumer, &shared, chunk);
+            }
         }
         let commits = shared.tracker.lock().expect("tracker").commits();
         shared.commit(&consumer, commits, CommitMode::Async);
@@ -312,16 +323,28 @@ fn poll_loop(consumer: BaseConsumer<Context>, shared: Arc<Shared>) {
     // Dropping the consumer leaves the group (its revocation finds nothing running).
 }
 
-/// Pause the partitions while the buffer is full or the host is shutting down; resume once
-/// it has drained to half.
+/// Wait (briefly) while the buffer is full: the host takes messages faster than a paused
+/// partition would resume fetching.
+fn wait_for_room(shared: &Shared) {
+    let buffer = shared.buffer.lock().expect("buffer");
+    if buffer.len() >= shared.cap {
+        let _ = shared.taken.wait_timeout_while(buffer, ROOM_WAIT, |b| {
+            b.len() >= shared.cap / 2 && !shared.closing.load(Ordering::Acquire)
+        });
+    }
+}
+
+/// Pause the partitions while the host is shutting down, or while the buffer is far over its
+/// size (the host stopped taking messages: a handler hangs, or none is deployed); resume
+/// once it is back under it.
 fn flow(consumer: &BaseConsumer<Context>, shared: &Shared, paused: &mut Option<u64>) {
     let buffered = shared.buffer.lock().expect("buffer").len();
     let limit = if paused.is_some() {
-        shared.cap / 2
-    } else {
         shared.cap
+    } else {
+        shared.cap * 4
     };
-    let want = shared.stopped.load(Ordering::Acquire) || buffered >= limit.max(1);
+    let want = shared.stopped.load(Ordering::Acquire) || buffered >= limit;
     let generations = shared.tracker.lock().expect("tracker").generations();
     let Ok(assignment) = consumer.assignment() else {
         return;
@@ -395,6 +418,7 @@ impl KafkaConsumer {
             tracker: Mutex::new(Tracker::default()),
             settled: Condvar::new(),
             buffer: Mutex::new(VecDeque::new()),
+            taken: Condvar::new(),
             arrived: Notify::new(),
             stopped: AtomicBool::new(false),
             closing: AtomicBool::new(false),
@@ -449,6 +473,9 @@ impl Consumer for KafkaConsumer {
                 if tracker.hand_out(r.partition, r.generation, r.offset) {
                     out.push(r.delivery(replay));
                 }
+            }
+            if buffer.len() < self.shared.cap / 2 {
+                self.shared.taken.notify_one();
             }
         }
         if out.is_empty()
@@ -534,6 +561,7 @@ impl Consumer for KafkaConsumer {
     async fn close(&self) {
         self.shared.stopped.store(true, Ordering::Release);
         self.shared.closing.store(true, Ordering::Release);
+        self.shared.taken.notify_one();
         let thread = self.thread.lock().expect("thread").take();
         if let Some(thread) = thread {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
