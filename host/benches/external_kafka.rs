@@ -22,15 +22,14 @@
 //! Prints each run and, per configuration, the median rate over the rounds
 //! (`WHARF_BENCH_ROUNDS`, default 2) and Wharf's share of the raw loop's rate.
 
+mod common;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
-use tracing_subscriber::Layer;
-use tracing_subscriber::layer::SubscriberExt;
 use wharf_host::Config;
 use wharf_host::external::kafka::{KafkaProvider, KafkaSettings};
 use wharf_host::external::{Envelope, Provider, PublishOptions};
@@ -39,26 +38,6 @@ const MESSAGES: u64 = 100_000;
 const CHUNK: u64 = 1000;
 const PARTITIONS: i32 = 6;
 
-/// Messages the host's pipeline has processed (the counted tracing event).
-static PROCESSED: AtomicU64 = AtomicU64::new(0);
-
-struct CountProcessed;
-
-impl<S: tracing::Subscriber> Layer<S> for CountProcessed {
-    fn on_event(&self, _: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        PROCESSED.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// The pipeline's "message processed" event (see `external_rabbitmq.rs`).
-fn is_processed_event(m: &tracing::Metadata<'_>) -> bool {
-    m.is_event()
-        && *m.level() == tracing::Level::DEBUG
-        && m.target() == "wharf_host::dispatch::deliver"
-        && m.fields().field("attempt").is_some()
-        && m.fields().field("retry_at_ms").is_none()
-}
-
 /// The Wharf queue's sizes (`None`: the queue defaults).
 const SETUPS: [(&str, Option<(u32, u32)>); 2] = [
     ("concurrency 256, batch 256", Some((256, 256))),
@@ -66,29 +45,11 @@ const SETUPS: [(&str, Option<(u32, u32)>); 2] = [
 ];
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    if !args.is_empty()
-        && !args
-            .iter()
-            .any(|a| "end-to-end kafka external raw rdkafka".contains(a.as_str()))
-    {
+    if common::filtered_out("end-to-end kafka external raw rdkafka") {
         return;
     }
-    let rounds: usize = std::env::var("WHARF_BENCH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(2)
-        .max(1);
-    let counting = tracing_subscriber::registry().with(
-        CountProcessed.with_filter(
-            tracing_subscriber::filter::filter_fn(is_processed_event)
-                .with_max_level_hint(tracing::Level::DEBUG),
-        ),
-    );
-    tracing::subscriber::set_global_default(counting).expect("no other subscriber");
+    let rounds = common::rounds();
+    common::count_processed();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -110,16 +71,6 @@ fn envelope(n: u64) -> Envelope {
 
 fn rate(elapsed: Duration) -> f64 {
     MESSAGES as f64 / elapsed.as_secs_f64()
-}
-
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    let mid = rates.len() / 2;
-    if rates.len() % 2 == 1 {
-        rates[mid]
-    } else {
-        (rates[mid - 1] + rates[mid]) / 2.0
-    }
 }
 
 /// Settings unique to `run`: 6 partitions, quick group joins on the test broker.
@@ -171,11 +122,11 @@ async fn measure(rounds: usize) {
             wharf_rates[i].push(rate(elapsed));
         }
     }
-    let raw = median(raw_rates);
+    let raw = common::median(raw_rates);
     println!("\nmedian of {rounds} round(s), msg/s:");
     println!("  {:<44} {raw:>8.0}", "raw rdkafka consume+store+commit");
     for (i, (label, _)) in SETUPS.iter().enumerate() {
-        let wharf = median(wharf_rates[i].clone());
+        let wharf = common::median(wharf_rates[i].clone());
         println!(
             "  {:<44} {wharf:>8.0}   = {:.1} % of the raw loop",
             format!("wharf, {label}"),
@@ -292,7 +243,7 @@ async fn wharf_once(run: u64, sizes: Option<(u32, u32)>, guest: &Path, cache: &P
     }
     let published = rate(publishing.elapsed());
 
-    PROCESSED.store(0, Ordering::Relaxed);
+    common::PROCESSED.store(0, Ordering::Relaxed);
     let mut deployed = host.registry.subscribe();
     std::fs::copy(guest, dir.path().join("handlers/noop.wasm")).unwrap();
     while host.registry.get("noop").is_none() {
@@ -303,7 +254,7 @@ async fn wharf_once(run: u64, sizes: Option<(u32, u32)>, guest: &Path, cache: &P
     let mut first = None;
     let elapsed = loop {
         tokio::time::sleep(Duration::from_millis(1)).await;
-        let processed = PROCESSED.load(Ordering::Relaxed);
+        let processed = common::PROCESSED.load(Ordering::Relaxed);
         if processed > 0 {
             first.get_or_insert_with(|| started.elapsed());
         }

@@ -5,6 +5,7 @@
 //! millisecond) when each probe's id leaves the queue's id index, which the settlement does.
 //! Prints p50 / p99 / max.
 
+mod common;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -16,16 +17,7 @@ use wharf_host::external::redis::Keys;
 use wharf_host::queue::NewMessage;
 
 fn main() {
-    // `cargo bench` passes `--bench`; a filter that does not name this bench skips it.
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    if !args.is_empty()
-        && !args
-            .iter()
-            .any(|a| "latency redis external".contains(a.as_str()))
-    {
+    if common::filtered_out("latency redis external") {
         return;
     }
     let rate: u64 = std::env::var("WHARF_BENCH_RATE")

@@ -32,9 +32,10 @@
 //! Prints each run (with its publishing rate) and, per configuration, the median rate over
 //! the rounds (`WHARF_BENCH_ROUNDS`, default 2) and Wharf's share of the raw loops' rates.
 
+mod common;
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -45,8 +46,6 @@ use lapin::options::{
 };
 use lapin::types::{FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use tracing_subscriber::Layer;
-use tracing_subscriber::layer::SubscriberExt;
 use wharf_host::Config;
 use wharf_host::external::rabbitmq::{RabbitProvider, RabbitSettings};
 use wharf_host::external::{Envelope, Provider, PublishOptions};
@@ -54,28 +53,6 @@ use wharf_host::external::{Envelope, Provider, PublishOptions};
 const MESSAGES: u64 = 100_000;
 /// Publisher confirms outstanding at once (the provider publishes in chunks of this size).
 const WINDOW: usize = 1000;
-
-/// Messages the host's pipeline has processed (the counted tracing event).
-static PROCESSED: AtomicU64 = AtomicU64::new(0);
-
-/// Counts every event that passes its filter.
-struct CountProcessed;
-
-impl<S: tracing::Subscriber> Layer<S> for CountProcessed {
-    fn on_event(&self, _: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        PROCESSED.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// The pipeline's "message processed" event: debug, in `dispatch::deliver`, with an
-/// `attempt` and no `retry_at_ms` (that one is "handler asked to run again later").
-fn is_processed_event(m: &tracing::Metadata<'_>) -> bool {
-    m.is_event()
-        && *m.level() == tracing::Level::DEBUG
-        && m.target() == "wharf_host::dispatch::deliver"
-        && m.fields().field("attempt").is_some()
-        && m.fields().field("retry_at_ms").is_none()
-}
 
 /// One queue configuration: the Wharf queue's concurrency and batch (prefetch = concurrency).
 #[derive(Clone, Copy)]
@@ -103,30 +80,11 @@ const SETUPS: [Setup; 2] = [
 ];
 
 fn main() {
-    // `cargo bench` passes `--bench`; a filter that does not name this bench skips it.
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
-    if !args.is_empty()
-        && !args
-            .iter()
-            .any(|a| "end-to-end rabbitmq external raw lapin".contains(a.as_str()))
-    {
+    if common::filtered_out("end-to-end rabbitmq external raw lapin") {
         return;
     }
-    let rounds: usize = std::env::var("WHARF_BENCH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(2)
-        .max(1);
-    let counting = tracing_subscriber::registry().with(
-        CountProcessed.with_filter(
-            tracing_subscriber::filter::filter_fn(is_processed_event)
-                .with_max_level_hint(tracing::Level::DEBUG),
-        ),
-    );
-    tracing::subscriber::set_global_default(counting).expect("no other subscriber");
+    let rounds = common::rounds();
+    common::count_processed();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -159,16 +117,6 @@ fn envelope(n: u64) -> Envelope {
 
 fn rate(elapsed: Duration) -> f64 {
     MESSAGES as f64 / elapsed.as_secs_f64()
-}
-
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    let mid = rates.len() / 2;
-    if rates.len() % 2 == 1 {
-        rates[mid]
-    } else {
-        (rates[mid - 1] + rates[mid]) / 2.0
-    }
 }
 
 async fn measure(rounds: usize) {
@@ -209,7 +157,7 @@ async fn measure(rounds: usize) {
     println!("\nmedian of {rounds} round(s), msg/s:");
     for (i, setup) in SETUPS.iter().enumerate() {
         let prefetch = setup.concurrency as u16;
-        let [plain, pipelined, wharf] = rates[i].clone().map(median);
+        let [plain, pipelined, wharf] = rates[i].clone().map(common::median);
         println!("  {:<52} {plain:>8.0}", raw_label(prefetch, false));
         println!("  {:<52} {pipelined:>8.0}", raw_label(prefetch, true));
         println!(
@@ -426,7 +374,7 @@ async fn wharf_once(run: u64, setup: &Setup, guest: &Path, cache: &Path) -> Dura
     };
     let backlog = ready(watch.clone(), names.readiness.clone()).await;
 
-    PROCESSED.store(0, Ordering::Relaxed);
+    common::PROCESSED.store(0, Ordering::Relaxed);
     let mut deployed = host.registry.subscribe();
     let copied = Instant::now();
     std::fs::copy(guest, dir.path().join("handlers/noop.wasm")).unwrap();
@@ -440,7 +388,7 @@ async fn wharf_once(run: u64, setup: &Setup, guest: &Path, cache: &Path) -> Dura
     let mut next_declare = Instant::now();
     let elapsed = loop {
         tokio::time::sleep(Duration::from_millis(1)).await;
-        let processed = PROCESSED.load(Ordering::Relaxed);
+        let processed = common::PROCESSED.load(Ordering::Relaxed);
         if processed >= MESSAGES {
             break started.elapsed();
         }
@@ -459,7 +407,7 @@ async fn wharf_once(run: u64, setup: &Setup, guest: &Path, cache: &Path) -> Dura
              debug event of wharf_host::dispatch::deliver still there?)"
         );
     };
-    let processed = PROCESSED.load(Ordering::Relaxed);
+    let processed = common::PROCESSED.load(Ordering::Relaxed);
     let confirmed = confirm_drained(&names.processing).await;
     println!(
         "    (published through the provider at {published:.0} msg/s; deployed {} ms after \
