@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use wharf_host::enqueue::Enqueuer;
 use wharf_host::external::Envelope;
 use wharf_host::external::kafka::KafkaSettings;
 use wharf_tests::kafka::{KafkaReader, TEST_PROPERTIES, kafka_brokers, kafka_produce};
@@ -302,4 +303,69 @@ async fn two_hosts_split_the_partitions_and_one_killed_mid_load_loses_nothing() 
         "duplicates beyond the documented ones: {twice:?}"
     );
     second.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_stops_start_up_when_the_host_may_not_create_it() {
+    let s = settings(1);
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let text = config(&s, "").replace(
+        "partitions = 1\n",
+        "partitions = 1\ncreate_topics = false\n",
+    );
+    let path = dir.write_config(&text);
+    let error = match wharf_host::start(wharf_host::Config::load(&path).unwrap()).await {
+        Ok(_) => panic!("started without its topic"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(
+        error.contains(&s.topic("export_order")) && error.contains("create_topics = false"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueued_messages_are_keyed_by_their_message_id() {
+    let s = settings(3);
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&config(&s, "")).await;
+    for n in 0..3 {
+        host.router
+            .enqueue(
+                "export_order",
+                wharf_host::queue::NewMessage {
+                    id: Some(format!("order-{n}")),
+                    payload: json!({"reply_to": "replies", "n": n}).to_string(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let replies = wait_for(T, "three replies", || async {
+        let all = messages(&host, "replies").await;
+        (all.len() == 3).then_some(all)
+    })
+    .await;
+    for reply in replies {
+        let v: serde_json::Value = serde_json::from_str(&reply.payload).unwrap();
+        let headers: BTreeMap<String, String> = serde_json::from_value(v["headers"].clone())
+            .unwrap_or_else(|_| {
+                v["headers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|h| (h[0].as_str().unwrap().into(), h[1].as_str().unwrap().into()))
+                    .collect()
+            });
+        assert_eq!(
+            headers.get("kafka-key"),
+            Some(&format!("order-{}", v["seen"]["n"])),
+            "{headers:?}"
+        );
+        assert!(headers.contains_key("kafka-partition") && headers.contains_key("kafka-offset"));
+    }
+    host.shutdown().await;
 }

