@@ -1,120 +1,49 @@
-//! The processing consumer of one Kafka queue. A poll thread of its own keeps the consumer
-//! in its group while handlers run: it fetches messages into a buffer (pausing its
-//! partitions while the buffer is full or the host is shutting down), stores the delivered
-//! marks before a fetched message can be handed out, commits the settled prefix of each
-//! partition, and serves rebalances — on revocation it drops the partition's buffered
-//! messages, waits up to the grace for its running ones, commits what is contiguous and
-//! releases it. `receive` hands buffered messages out; `ack`, `nack` and `holds` work on the
-//! [`Tracker`].
+//! The processing consumer of one Kafka queue: the state its poll thread ([`super::poll`]),
+//! its rebalance callbacks ([`super::rebalance`]) and the host share — the buffer of fetched
+//! messages and the [`Tracker`] of offsets — and the [`Consumer`] the host calls: `receive`
+//! hands buffered messages out, `ack` settles them (the poll thread commits the contiguous
+//! prefix), `nack` hands them back (buffered again, their offsets not committed), `stop`
+//! returns what was not handed out, and `close` ends the poll thread, which commits and
+//! leaves the group.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance};
-use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{BorrowedMessage, Headers, Message as _};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext};
+use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 
 use super::offsets::{Commit, Tracker};
-use super::{ADMIN_TIMEOUT, KafkaSettings, Quiet, error, is_outage};
-use crate::external::{Consumer, Delivery, DeliveryCount, ErrorKind, Handle, Nack, ProviderError};
-
-/// How long one poll waits for a message (and so how soon settled offsets are committed).
-const POLL: Duration = Duration::from_millis(50);
-/// Most messages fetched before they are registered and buffered together.
-const CHUNK: usize = 512;
-/// How often a consumer in trouble checks whether the broker answers again.
-const RECHECK: Duration = Duration::from_secs(1);
-/// Longest the poll thread waits for the host to take buffered messages before it polls
-/// again (it must poll now and then to stay in its group and serve rebalances).
-const ROOM_WAIT: Duration = Duration::from_millis(100);
-
-/// One fetched message; its handle, enough to hand it out again.
-#[derive(Debug)]
-struct Record {
-    partition: i32,
-    offset: i64,
-    generation: u64,
-    body: Bytes,
-    headers: Vec<(String, String)>,
-    timestamp_ms: Option<i64>,
-    identity: String,
-}
-
-impl Record {
-    fn delivery(self: &Arc<Self>, replay: bool) -> Delivery {
-        Delivery {
-            handle: Handle::new(self.clone()),
-            body: self.body.clone(),
-            count: DeliveryCount::Redelivered(replay),
-            identity: Some(self.identity.clone()),
-            enqueued_at_ms: self.timestamp_ms,
-            headers: self.headers.clone(),
-        }
-    }
-}
-
-/// A fetched message not registered yet.
-struct Fetched {
-    partition: i32,
-    offset: i64,
-    body: Bytes,
-    headers: Vec<(String, String)>,
-    timestamp_ms: Option<i64>,
-}
-
-fn fetched(m: &BorrowedMessage<'_>) -> Fetched {
-    let mut headers = Vec::new();
-    if let Some(key) = m.key() {
-        headers.push((
-            "kafka-key".to_string(),
-            String::from_utf8_lossy(key).into_owned(),
-        ));
-    }
-    headers.push(("kafka-partition".to_string(), m.partition().to_string()));
-    headers.push(("kafka-offset".to_string(), m.offset().to_string()));
-    if let Some(hs) = m.headers() {
-        for h in hs.iter() {
-            let value = h.value.map(String::from_utf8_lossy).unwrap_or_default();
-            headers.push((h.key.to_string(), value.into_owned()));
-        }
-    }
-    Fetched {
-        partition: m.partition(),
-        offset: m.offset(),
-        body: Bytes::copy_from_slice(m.payload().unwrap_or_default()),
-        headers,
-        timestamp_ms: m.timestamp().to_millis(),
-    }
-}
+use super::poll::{CHUNK, Record, poll_loop};
+use super::rebalance::Context;
+use super::{KafkaSettings, Quiet, error};
+use crate::external::{Consumer, Delivery, ErrorKind, Handle, Nack, ProviderError};
 
 /// What the poll thread, the rebalance callbacks and the host share.
-struct Shared {
-    topic: String,
-    queue: String,
-    grace: Duration,
+pub(super) struct Shared {
+    pub(super) topic: String,
+    pub(super) queue: String,
+    pub(super) grace: Duration,
     /// Buffered messages above which the poll thread waits for the host to take some.
-    cap: usize,
-    tracker: Mutex<Tracker>,
+    pub(super) cap: usize,
+    pub(super) tracker: Mutex<Tracker>,
     /// Signalled when a handed-out message is settled or handed back.
-    settled: Condvar,
+    pub(super) settled: Condvar,
     /// Fetched messages not handed out, with whether each is a replay.
-    buffer: Mutex<VecDeque<(Arc<Record>, bool)>>,
+    pub(super) buffer: Mutex<VecDeque<(Arc<Record>, bool)>>,
     /// Signalled when the host took buffered messages.
-    taken: Condvar,
-    arrived: Notify,
-    stopped: AtomicBool,
-    closing: AtomicBool,
-    error: Mutex<Option<(ErrorKind, String)>>,
+    pub(super) taken: Condvar,
+    pub(super) arrived: Notify,
+    pub(super) stopped: AtomicBool,
+    pub(super) closing: AtomicBool,
+    pub(super) error: Mutex<Option<(ErrorKind, String)>>,
 }
 
 impl Shared {
-    fn failed(&self, e: &ProviderError) {
+    pub(super) fn failed(&self, e: &ProviderError) {
         let mut error = self.error.lock().expect("error");
         if error.is_none() {
             tracing::debug!(queue = %self.queue, "kafka consumer: {e}");
@@ -124,15 +53,15 @@ impl Shared {
         self.arrived.notify_one();
     }
 
-    fn recovered(&self) {
+    pub(super) fn recovered(&self) {
         self.error.lock().expect("error").take();
     }
 
-    fn has_error(&self) -> bool {
+    pub(super) fn has_error(&self) -> bool {
         self.error.lock().expect("error").is_some()
     }
 
-    fn tpl(&self, offsets: impl IntoIterator<Item = (i32, i64)>) -> TopicPartitionList {
+    pub(super) fn tpl(&self, offsets: impl IntoIterator<Item = (i32, i64)>) -> TopicPartitionList {
         let mut tpl = TopicPartitionList::new();
         for (partition, offset) in offsets {
             tpl.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
@@ -141,7 +70,7 @@ impl Shared {
         tpl
     }
 
-    fn commit<C: ConsumerContext>(
+    pub(super) fn commit<C: ConsumerContext>(
         &self,
         consumer: &BaseConsumer<C>,
         commits: Vec<Commit>,
@@ -159,239 +88,6 @@ impl Shared {
             }
         }
     }
-
-    /// Partitions were revoked: drop their buffered messages, give their running ones the
-    /// grace, commit the settled prefix and forget them.
-    fn revoke<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>, partitions: &[i32]) {
-        self.buffer
-            .lock()
-            .expect("buffer")
-            .retain(|(r, _)| !partitions.contains(&r.partition));
-        let deadline = Instant::now() + self.grace;
-        let mut tracker = self.tracker.lock().expect("tracker");
-        while tracker.out(partitions) > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            tracker = self.settled.wait_timeout(tracker, left).expect("tracker").0;
-        }
-        let running = tracker.out(partitions);
-        let commits = tracker.revoke(partitions);
-        drop(tracker);
-        if running > 0 {
-            tracing::info!(queue = %self.queue, running, "partitions revoked while messages still run: they are delivered again to the new owner");
-        }
-        tracing::info!(queue = %self.queue, topic = %self.topic, partitions = ?partitions, "kafka partitions revoked");
-        self.commit(consumer, commits, CommitMode::Sync);
-    }
-
-    /// Partitions were assigned: read where the group stands and how far it fetched.
-    fn assign(&self, consumer: &BaseConsumer<Context>, partitions: &[i32]) {
-        let query = self.tpl(partitions.iter().map(|p| (*p, 0)));
-        let read = |tpl: KafkaResult<TopicPartitionList>| -> Vec<Option<i64>> {
-            let tpl = tpl.unwrap_or_else(|e| {
-                tracing::warn!(queue = %self.queue, "reading committed offsets failed; replays of uncommitted messages are not counted this time: {e}");
-                TopicPartitionList::new()
-            });
-            partitions
-                .iter()
-                .map(
-                    |p| match tpl.find_partition(&self.topic, *p).map(|e| e.offset()) {
-                        Some(Offset::Offset(n)) => Some(n),
-                        _ => None,
-                    },
-                )
-                .collect()
-        };
-        let committed = read(consumer.committed_offsets(query.clone(), ADMIN_TIMEOUT));
-        let marks = read(
-            consumer
-                .context()
-                .marks
-                .committed_offsets(query, ADMIN_TIMEOUT),
-        );
-        let mut tracker = self.tracker.lock().expect("tracker");
-        for ((p, c), m) in partitions.iter().zip(committed).zip(marks) {
-            tracker.assign(*p, c, m);
-        }
-        let mut held = tracker.partitions();
-        held.sort_unstable();
-        tracing::info!(queue = %self.queue, topic = %self.topic, partitions = ?held, "kafka partitions assigned");
-    }
-}
-
-/// The consumer's librdkafka context: rebalances and client errors.
-struct Context {
-    shared: Arc<Shared>,
-    /// The client of the delivered-marks group.
-    marks: BaseConsumer<Quiet>,
-}
-
-impl ClientContext for Context {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
-        Quiet.log(level, facility, message);
-    }
-    fn error(&self, e: KafkaError, reason: &str) {
-        if !is_outage(&e) {
-            return Quiet.error(e, reason);
-        }
-        let mut e = error(e);
-        e.message = format!("{} ({reason})", e.message);
-        self.shared.failed(&e);
-    }
-}
-
-impl Context {
-    fn ours(&self, tpl: &TopicPartitionList) -> Vec<i32> {
-        tpl.elements_for_topic(&self.shared.topic)
-            .iter()
-            .map(|e| e.partition())
-            .collect()
-    }
-}
-
-impl ConsumerContext for Context {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance {
-            self.shared.revoke(consumer, &self.ours(tpl));
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => self.shared.assign(consumer, &self.ours(tpl)),
-            Rebalance::Error(e) => self.shared.failed(&error(e.clone())),
-            Rebalance::Revoke(_) => {}
-        }
-    }
-
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        if let Err(e) = result {
-            tracing::debug!(queue = %self.shared.queue, "an offset commit failed, retried with the next one: {e}");
-            let mut tracker = self.shared.tracker.lock().expect("tracker");
-            for p in self.ours(offsets) {
-                tracker.commit_failed(p);
-            }
-        }
-    }
-}
-
-/// The poll thread's loop, until the consumer closes.
-fn poll_loop(consumer: BaseConsumer<Context>, shared: Arc<Shared>) {
-    let mut paused: Option<u64> = None;
-    let mut last_check = Instant::now();
-    while !shared.closing.load(Ordering::Acquire) {
-        wait_for_room(&shared);
-        flow(&consumer, &shared, &mut paused);
-        let mut chunk = Vec::new();
-        let mut wait = POLL;
-        while chunk.len() < CHUNK {
-            match consumer.poll(wait) {
-                Some(Ok(m)) => chunk.push(fetched(&m)),
-                Some(Err(e)) => {
-                    shared.failed(&error(e));
-                    break;
-                }
-                None => break,
-            }
-            wait = Duration::ZERO;
-        }
-        if !chunk.is_empty() {
-            shared.recovered();
-            // Fetched after shutdown began (already on its way when the partitions were
-            // paused): left uncommitted and unmarked, for the next run.
-            if !shared.stopped.load(Ordering::Acquire) {
-                accept(&consumer, &shared, chunk);
-            }
-        }
-        let commits = shared.tracker.lock().expect("tracker").commits();
-        shared.commit(&consumer, commits, CommitMode::Async);
-        if shared.has_error() && last_check.elapsed() >= RECHECK {
-            last_check = Instant::now();
-            if consumer
-                .fetch_metadata(Some(&shared.topic), RECHECK)
-                .is_ok_and(|m| m.topics().iter().any(|t| t.error().is_none()))
-            {
-                shared.recovered();
-            }
-        }
-    }
-    let commits = shared.tracker.lock().expect("tracker").commits();
-    shared.commit(&consumer, commits, CommitMode::Sync);
-    consumer.unsubscribe();
-    // Dropping the consumer leaves the group (its revocation finds nothing running).
-}
-
-/// Wait (briefly) while the buffer is full: the host takes messages faster than a paused
-/// partition would resume fetching.
-fn wait_for_room(shared: &Shared) {
-    let buffer = shared.buffer.lock().expect("buffer");
-    if buffer.len() >= shared.cap {
-        let _ = shared.taken.wait_timeout_while(buffer, ROOM_WAIT, |b| {
-            b.len() >= shared.cap / 2 && !shared.closing.load(Ordering::Acquire)
-        });
-    }
-}
-
-/// Pause the partitions while the host is shutting down, or while the buffer is far over its
-/// size (the host stopped taking messages: a handler hangs, or none is deployed); resume
-/// once it is back under it.
-fn flow(consumer: &BaseConsumer<Context>, shared: &Shared, paused: &mut Option<u64>) {
-    let buffered = shared.buffer.lock().expect("buffer").len();
-    let limit = if paused.is_some() {
-        shared.cap
-    } else {
-        shared.cap * 4
-    };
-    let want = shared.stopped.load(Ordering::Acquire) || buffered >= limit;
-    let generations = shared.tracker.lock().expect("tracker").generations();
-    let Ok(assignment) = consumer.assignment() else {
-        return;
-    };
-    match (*paused, want) {
-        (Some(g), true) if g == generations => {}
-        (_, true) => {
-            let _ = consumer.pause(&assignment);
-            *paused = Some(generations);
-        }
-        (Some(_), false) => {
-            let _ = consumer.resume(&assignment);
-            *paused = None;
-        }
-        (None, false) => {}
-    }
-}
-
-/// Register fetched messages, store the delivered marks, then buffer them.
-fn accept(consumer: &BaseConsumer<Context>, shared: &Shared, chunk: Vec<Fetched>) {
-    let mut tracker = shared.tracker.lock().expect("tracker");
-    let records: Vec<(Arc<Record>, bool)> = chunk
-        .into_iter()
-        .filter_map(|f| {
-            let known = tracker.fetched(f.partition, f.offset)?;
-            let record = Record {
-                identity: format!("{}/{}/{}", shared.topic, f.partition, f.offset),
-                partition: f.partition,
-                offset: f.offset,
-                generation: known.generation,
-                body: f.body,
-                headers: f.headers,
-                timestamp_ms: f.timestamp_ms,
-            };
-            Some((Arc::new(record), known.replay))
-        })
-        .collect();
-    let behind = tracker.marks_behind();
-    drop(tracker);
-    if !behind.is_empty() {
-        let marks = &consumer.context().marks;
-        if let Err(e) = marks.commit(&shared.tpl(behind), CommitMode::Sync) {
-            tracing::warn!(queue = %shared.queue, "storing how far the group fetched failed; a crash now would not count these deliveries: {e}");
-        }
-    }
-    shared.buffer.lock().expect("buffer").extend(records);
-    shared.arrived.notify_one();
 }
 
 /// The consumer of one queue.

@@ -27,6 +27,8 @@
 mod bridge;
 mod consumer;
 mod offsets;
+mod poll;
+mod rebalance;
 mod settings;
 
 use std::collections::HashSet;
