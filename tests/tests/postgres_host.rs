@@ -192,3 +192,16 @@ async fn killed_connections_are_replaced_and_nothing_is_lost() {
     assert_eq!(seen.len() as i64, N, "every message handled");
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_starting_at_once_on_a_new_schema_all_open_it() {
+    // `CREATE … IF NOT EXISTS` alone lets one of two simultaneous creators fail.
+    for _ in 0..3 {
+        let schema = wharf_tests::PgSchema::new();
+        let url = wharf_tests::database_url();
+        let opens = (0..4).map(|_| wharf_host::queue::open(&url, Some(&schema.name), 1));
+        for opened in futures_util::future::join_all(opens).await {
+            opened.expect("every host opens the new schema");
+        }
+    }
+}

@@ -210,16 +210,18 @@ impl PostgresInbox {
             .connect_with(options)
             .await?;
         if auto_create {
-            sqlx::query(AssertSqlSafe(format!(
-                "CREATE TABLE IF NOT EXISTS {table} (id_hash BYTEA PRIMARY KEY, endpoint TEXT NOT NULL,
-                     message_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL, expires_at_ms BIGINT NOT NULL)"
-            )))
-            .execute(&pool)
-            .await?;
-            sqlx::query(AssertSqlSafe(format!(
-                "CREATE INDEX IF NOT EXISTS {table}_created ON {table} (endpoint, created_at_ms)"
-            )))
-            .execute(&pool)
+            crate::queue::create_serialized(
+                &pool,
+                &[
+                    format!(
+                        "CREATE TABLE IF NOT EXISTS {table} (id_hash BYTEA PRIMARY KEY, endpoint TEXT NOT NULL,
+                             message_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL, expires_at_ms BIGINT NOT NULL)"
+                    ),
+                    format!(
+                        "CREATE INDEX IF NOT EXISTS {table}_created ON {table} (endpoint, created_at_ms)"
+                    ),
+                ],
+            )
             .await?;
         } else if sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {table} LIMIT 0")))
             .execute(&pool)

@@ -10,6 +10,7 @@ mod notify;
 mod payload;
 mod plan;
 mod postgres;
+pub(crate) use postgres::create_serialized;
 mod rows;
 mod sqlite;
 mod status;
