@@ -3,6 +3,7 @@
 
 pub mod kafka;
 pub mod rabbit_node;
+pub mod servicebus;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,0 +1,389 @@
+//! The REST operations of the contract server, each following the section of the Service
+//! Bus REST reference it names.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::dates::{http_date, parse_date};
+use super::sas::authorize;
+use super::{
+    BATCH_CONTENT_TYPE, Broker, Message, Refusal, Shared, Subscription, count_request, gone,
+};
+
+/// One message to send: body, broker properties, user properties.
+struct Outgoing {
+    body: Bytes,
+    broker: Value,
+    properties: Vec<(String, String)>,
+}
+
+/// "Send Message" (POST `{topic}/messages`, 201 Created) and "Send Message Batch" (the same
+/// URL with `Content-Type: application/vnd.microsoft.servicebus.json`, a JSON array of
+/// `{Body, BrokerProperties, UserProperties}`). A topic forwards a copy to each subscription.
+pub(super) async fn send(
+    State(shared): State<Arc<Shared>>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    count_request(&shared);
+    if let Err(refused) = authorize(&shared, &headers, &format!("/{topic}/messages")) {
+        return refused.into_response();
+    }
+    let batch = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with(BATCH_CONTENT_TYPE));
+    let outgoing: Vec<Outgoing> = if batch {
+        let Ok(Value::Array(items)) = serde_json::from_slice::<Value>(&body) else {
+            return (StatusCode::BAD_REQUEST, "a batch is a JSON array").into_response();
+        };
+        items
+            .into_iter()
+            .map(|item| Outgoing {
+                body: Bytes::from(item["Body"].as_str().unwrap_or_default().to_string()),
+                broker: item["BrokerProperties"].clone(),
+                properties: item["UserProperties"]
+                    .as_object()
+                    .map(|o| {
+                        o.iter()
+                            .map(|(k, v)| {
+                                (k.clone(), v.as_str().map_or(v.to_string(), str::to_string))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            })
+            .collect()
+    } else {
+        let broker = headers
+            .get("brokerproperties")
+            .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
+            .unwrap_or(Value::Null);
+        // Custom properties travel as other headers.
+        let properties = headers
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "authorization"
+                        | "brokerproperties"
+                        | "content-type"
+                        | "content-length"
+                        | "host"
+                        | "accept"
+                        | "user-agent"
+                        | "accept-encoding"
+                        | "connection"
+                )
+            })
+            .filter_map(|(k, v)| {
+                Some((
+                    k.to_string(),
+                    v.to_str().ok()?.trim_matches('"').to_string(),
+                ))
+            })
+            .collect();
+        vec![Outgoing {
+            body,
+            broker,
+            properties,
+        }]
+    };
+    let mut broker = shared.broker.lock().unwrap();
+    let Broker {
+        topics, sequence, ..
+    } = &mut *broker;
+    let Some(subs) = topics.get_mut(&topic) else {
+        return gone(&format!("topic `{topic}`")).into_response();
+    };
+    let now = SystemTime::now();
+    for out in outgoing {
+        *sequence += 1;
+        let message_id = out.broker["MessageId"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{:032x}", rand_id()));
+        let visible_at = out.broker["ScheduledEnqueueTimeUtc"]
+            .as_str()
+            .and_then(parse_date)
+            .unwrap_or(now);
+        for sub in subs.values_mut() {
+            sub.messages.insert(
+                *sequence,
+                Message {
+                    sequence: *sequence,
+                    message_id: message_id.clone(),
+                    body: out.body.clone(),
+                    properties: out.properties.clone(),
+                    enqueued: now,
+                    visible_at,
+                    delivery_count: 0,
+                    lock: None,
+                },
+            );
+        }
+    }
+    drop(broker);
+    shared.sent.notify_waiters();
+    StatusCode::CREATED.into_response()
+}
+
+fn rand_id() -> u128 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    );
+    u128::from(h.finish()) << 64 | u128::from(h.finish().rotate_left(17))
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct PeekQuery {
+    timeout: Option<u64>,
+}
+
+/// Lock the first visible message of a subscription, or dead-letter those whose next
+/// delivery would exceed `MaxDeliveryCount`.
+fn try_lock(broker: &mut Broker, topic: &str, sub: &str) -> Result<Option<Message>, Refusal> {
+    let lock_duration = broker.lock_duration;
+    let max = broker.max_delivery_count;
+    let Some(subscription) = broker.topics.get_mut(topic).and_then(|t| t.get_mut(sub)) else {
+        return Err(gone(&format!("subscription `{topic}/{sub}`")));
+    };
+    let now = SystemTime::now();
+    loop {
+        let candidate = subscription.messages.values().find(|m| {
+            m.visible_at <= now && m.lock.as_ref().is_none_or(|(_, until)| *until <= now)
+        });
+        let Some(seq) = candidate.map(|m| m.sequence) else {
+            return Ok(None);
+        };
+        let message = subscription.messages.get_mut(&seq).expect("found");
+        if message.delivery_count >= max {
+            let dead = subscription.messages.remove(&seq).expect("found");
+            subscription.dead_letters.push_back(dead);
+            continue;
+        }
+        message.delivery_count += 1;
+        message.lock = Some((format!("{:032x}", rand_id()), now + lock_duration));
+        return Ok(Some(message.clone()));
+    }
+}
+
+fn locked_response(message: &Message, location: String) -> Response {
+    let (token, until) = message.lock.clone().expect("locked");
+    let broker = json!({
+        "DeliveryCount": message.delivery_count,
+        "EnqueuedSequenceNumber": message.sequence,
+        "EnqueuedTimeUtc": http_date(message.enqueued),
+        "LockToken": token,
+        "LockedUntilUtc": http_date(until),
+        "MessageId": message.message_id,
+        "SequenceNumber": message.sequence,
+        "State": "Active",
+        "TimeToLive": 922_337_203_685.477_6_f64,
+    });
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "BrokerProperties",
+        HeaderValue::from_str(&broker.to_string()).expect("ASCII JSON"),
+    );
+    headers.insert("Location", HeaderValue::from_str(&location).expect("a URL"));
+    for (k, v) in &message.properties {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(&format!("\"{v}\"")),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    (StatusCode::CREATED, headers, message.body.clone()).into_response()
+}
+
+/// "Peek-Lock Message (Non-Destructive Read)": POST `{topic}/subscriptions/{sub}/messages/head
+/// ?timeout=N` waits up to N seconds; 201 with the body, `BrokerProperties`, custom
+/// properties as headers and `Location` (the lock's URL); 204 No Content when none came.
+pub(super) async fn peek_lock(
+    State(shared): State<Arc<Shared>>,
+    Path((topic, sub)): Path<(String, String)>,
+    Query(query): Query<PeekQuery>,
+    headers: HeaderMap,
+) -> Response {
+    count_request(&shared);
+    let path = format!("/{topic}/subscriptions/{sub}/messages/head");
+    if let Err(refused) = authorize(&shared, &headers, &path) {
+        return refused.into_response();
+    }
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost")
+        .to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(query.timeout.unwrap_or(60));
+    loop {
+        let sent = shared.sent.notified();
+        let locked = {
+            let mut broker = shared.broker.lock().unwrap();
+            try_lock(&mut broker, &topic, &sub)
+        };
+        match locked {
+            Err(refusal) => return refusal.into_response(),
+            Ok(Some(message)) => {
+                let (token, _) = message.lock.clone().expect("locked");
+                let location = format!(
+                    "http://{host}/{topic}/subscriptions/{sub}/messages/{}/{token}",
+                    message.sequence
+                );
+                return locked_response(&message, location);
+            }
+            Ok(None) => {}
+        }
+        // Woken by a send; scheduled messages and expiring locks are looked at every 50 ms.
+        let wake = tokio::time::Instant::now() + Duration::from_millis(50);
+        if tokio::time::Instant::now() >= deadline {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+        tokio::select! {
+            _ = sent => {}
+            _ = tokio::time::sleep_until(wake.min(deadline)) => {}
+        }
+    }
+}
+
+/// The dead-letter subqueue: `{topic}/subscriptions/{sub}/$DeadLetterQueue/messages/head`
+/// (receive-and-delete of the oldest dead-lettered message here; 204 when empty).
+pub(super) async fn peek_lock_dead_letter(
+    State(shared): State<Arc<Shared>>,
+    Path((topic, sub, dlq)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    count_request(&shared);
+    let path = format!("/{topic}/subscriptions/{sub}/{dlq}/messages/head");
+    if let Err(refused) = authorize(&shared, &headers, &path) {
+        return refused.into_response();
+    }
+    if dlq != "$DeadLetterQueue" {
+        return gone(&format!("entity `{topic}/subscriptions/{sub}/{dlq}`")).into_response();
+    }
+    let mut broker = shared.broker.lock().unwrap();
+    let Some(subscription) = broker.topics.get_mut(&topic).and_then(|t| t.get_mut(&sub)) else {
+        return gone(&format!("subscription `{topic}/{sub}`")).into_response();
+    };
+    match subscription.dead_letters.pop_front() {
+        Some(mut message) => {
+            message.lock = Some(("dead-letter".to_string(), SystemTime::now()));
+            locked_response(&message, String::new())
+        }
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+/// Find a locked message by its sequence number (or MessageId) and lock token.
+fn with_lock<T>(
+    shared: &Shared,
+    (topic, sub, id, token): &(String, String, String, String),
+    act: impl FnOnce(&mut Subscription, i64, Duration) -> T,
+) -> Result<T, Refusal> {
+    let mut broker = shared.broker.lock().unwrap();
+    let lock_duration = broker.lock_duration;
+    let Some(subscription) = broker.topics.get_mut(topic).and_then(|t| t.get_mut(sub)) else {
+        return Err(gone(&format!("subscription `{topic}/{sub}`")));
+    };
+    let now = SystemTime::now();
+    let found = subscription
+        .messages
+        .values()
+        .find(|m| {
+            (m.sequence.to_string() == *id || m.message_id == *id)
+                && m.lock
+                    .as_ref()
+                    .is_some_and(|(t, until)| t == token && *until > now)
+        })
+        .map(|m| m.sequence);
+    match found {
+        Some(seq) => Ok(act(subscription, seq, lock_duration)),
+        // The lock is unknown or expired: the message is no longer locked by this receiver.
+        None => Err(Refusal(
+            StatusCode::NOT_FOUND,
+            "lock not found or expired".to_string(),
+        )),
+    }
+}
+
+type LockPath = Path<(String, String, String, String)>;
+
+/// "Delete Message" (DELETE on the lock URL): completes the message; 200, or 404 when the
+/// lock is unknown or expired.
+pub(super) async fn complete(
+    State(shared): State<Arc<Shared>>,
+    Path(p): LockPath,
+    headers: HeaderMap,
+) -> Response {
+    count_request(&shared);
+    let path = format!("/{}/subscriptions/{}/messages/{}/{}", p.0, p.1, p.2, p.3);
+    if let Err(refused) = authorize(&shared, &headers, &path) {
+        return refused.into_response();
+    }
+    match with_lock(&shared, &p, |sub, seq, _| sub.messages.remove(&seq)) {
+        Ok(_) => StatusCode::OK.into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// "Unlock Message" (PUT on the lock URL): the message is available again at once (its
+/// delivery was counted when it was locked); 200, or 404.
+pub(super) async fn unlock(
+    State(shared): State<Arc<Shared>>,
+    Path(p): LockPath,
+    headers: HeaderMap,
+) -> Response {
+    count_request(&shared);
+    let path = format!("/{}/subscriptions/{}/messages/{}/{}", p.0, p.1, p.2, p.3);
+    if let Err(refused) = authorize(&shared, &headers, &path) {
+        return refused.into_response();
+    }
+    let result = with_lock(&shared, &p, |sub, seq, _| {
+        sub.messages.get_mut(&seq).expect("found").lock = None;
+    });
+    match result {
+        Ok(()) => {
+            shared.sent.notify_waiters();
+            StatusCode::OK.into_response()
+        }
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// "Renew-Lock for a Message" (POST on the lock URL): the lock lasts another lock duration
+/// from now; 200, or 404.
+pub(super) async fn renew(
+    State(shared): State<Arc<Shared>>,
+    Path(p): LockPath,
+    headers: HeaderMap,
+) -> Response {
+    count_request(&shared);
+    let path = format!("/{}/subscriptions/{}/messages/{}/{}", p.0, p.1, p.2, p.3);
+    if let Err(refused) = authorize(&shared, &headers, &path) {
+        return refused.into_response();
+    }
+    let result = with_lock(&shared, &p, |sub, seq, duration| {
+        let m = sub.messages.get_mut(&seq).expect("found");
+        if let Some((_, until)) = &mut m.lock {
+            *until = SystemTime::now() + duration;
+        }
+    });
+    match result {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
