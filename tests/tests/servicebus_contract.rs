@@ -413,3 +413,51 @@ async fn missing_entities_are_410_and_bad_tokens_401() {
         "nothing refused was stored"
     );
 }
+
+#[tokio::test]
+async fn the_azure_crate_sends_peek_locks_and_completes_through_the_endpoint_override() {
+    use azure_messaging_servicebus::prelude::*;
+    use azure_messaging_servicebus::service_bus::{SendMessageOptions, SettableBrokerProperties};
+    let s = server().await;
+    let http = wharf_host::external::servicebus::http_client(Some(&s.endpoint())).unwrap();
+    let client = TopicClient::new(http, "shop", "orders", KEY_NAME, KEY).unwrap();
+    client
+        .topic_sender()
+        .send_message(
+            "from the crate",
+            Some(SendMessageOptions {
+                broker_properties: Some(SettableBrokerProperties {
+                    message_id: Some("crate-1".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("sent");
+    let receiver = client.subscription_receiver("processing");
+    let locked = receiver
+        .peek_lock_message2(Some(Duration::from_secs(1)))
+        .await
+        .expect("peek-locked");
+    assert_eq!(locked.status().to_string(), "201");
+    assert_eq!(locked.body(), "from the crate");
+    let broker = locked
+        .broker_properties()
+        .expect("every field the crate requires");
+    assert_eq!(
+        (broker.message_id.as_str(), broker.delivery_count),
+        ("crate-1", 1)
+    );
+    locked.delete_message().await.expect("completed");
+    assert_eq!(s.counts("orders", "processing"), (0, 0, 0));
+    let empty = receiver
+        .peek_lock_message2(Some(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert_eq!(
+        empty.status().to_string(),
+        "204",
+        "empty: 204 and Ok, as documented"
+    );
+}

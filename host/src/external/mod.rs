@@ -20,6 +20,7 @@ mod reconcile;
 pub mod redis;
 pub mod registry;
 mod run;
+pub mod servicebus;
 mod source;
 
 use async_trait::async_trait;
