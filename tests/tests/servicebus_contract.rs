@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 use wharf_tests::servicebus::{BATCH_CONTENT_TYPE, ContractServer, sas_token};
+use wharf_tests::wait_for;
 
 const KEY_NAME: &str = "RootManageSharedAccessKey";
 const KEY: &str = "c2VjcmV0LWtleS1mb3ItdGVzdHM=";
@@ -224,19 +225,23 @@ async fn an_expired_lock_redelivers_and_renew_keeps_it() {
     send(&s, "slow", json!({"MessageId": "slow"})).await;
     let got = peek(&s, "processing", 1).await;
     let location = got.header("Location").unwrap().to_string();
-    // Renewed twice, the lock outlives its first duration.
-    for _ in 0..2 {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        assert_eq!(
-            call("POST", &location, KEY, &[], "").await.status,
-            200,
-            "renew"
-        );
-    }
+    // Renewed meanwhile, the lock outlives its first duration (600 ms).
+    let locked_at = std::time::Instant::now();
+    wait_for(
+        Duration::from_secs(10),
+        "the first lock duration to pass",
+        || async {
+            let renewed = call("POST", &location, KEY, &[], "").await.status;
+            assert_eq!(renewed, 200, "renew");
+            (locked_at.elapsed() > Duration::from_millis(900)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(s.counts("orders", "processing").1, 1, "still locked");
     assert_eq!(
         peek(&s, "processing", 0).await.status,
         204,
-        "still locked after 800 ms"
+        "still locked after 900 ms"
     );
     // Not renewed: it expires and comes back with the next delivery count.
     let again = peek(&s, "processing", 3).await;

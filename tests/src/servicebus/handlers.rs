@@ -288,12 +288,29 @@ pub(super) async fn peek_lock_dead_letter(
     }
 }
 
-/// Find a locked message by its sequence number (or MessageId) and lock token.
-fn with_lock<T>(
+/// An operation on the lock URL: authorize it, find the locked message by its sequence
+/// number (or MessageId) and lock token, and `act` on it; 200, or the refusal.
+fn with_lock(
     shared: &Shared,
+    headers: &HeaderMap,
     (topic, sub, id, token): &(String, String, String, String),
-    act: impl FnOnce(&mut Subscription, i64, Duration) -> T,
-) -> Result<T, Refusal> {
+    act: impl FnOnce(&mut Subscription, i64, Duration),
+) -> Response {
+    count_request(shared);
+    let path = format!("/{topic}/subscriptions/{sub}/messages/{id}/{token}");
+    match authorize(shared, headers, &path)
+        .and_then(|()| find_lock(shared, (topic, sub, id, token), act))
+    {
+        Ok(()) => StatusCode::OK.into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+fn find_lock(
+    shared: &Shared,
+    (topic, sub, id, token): (&String, &String, &String, &String),
+    act: impl FnOnce(&mut Subscription, i64, Duration),
+) -> Result<(), Refusal> {
     let mut broker = shared.broker.lock().unwrap();
     let lock_duration = broker.lock_duration;
     let Some(subscription) = broker.topics.get_mut(topic).and_then(|t| t.get_mut(sub)) else {
@@ -311,7 +328,10 @@ fn with_lock<T>(
         })
         .map(|m| m.sequence);
     match found {
-        Some(seq) => Ok(act(subscription, seq, lock_duration)),
+        Some(seq) => {
+            act(subscription, seq, lock_duration);
+            Ok(())
+        }
         // The lock is unknown or expired: the message is no longer locked by this receiver.
         None => Err(Refusal(
             StatusCode::NOT_FOUND,
@@ -329,15 +349,9 @@ pub(super) async fn complete(
     Path(p): LockPath,
     headers: HeaderMap,
 ) -> Response {
-    count_request(&shared);
-    let path = format!("/{}/subscriptions/{}/messages/{}/{}", p.0, p.1, p.2, p.3);
-    if let Err(refused) = authorize(&shared, &headers, &path) {
-        return refused.into_response();
-    }
-    match with_lock(&shared, &p, |sub, seq, _| sub.messages.remove(&seq)) {
-        Ok(_) => StatusCode::OK.into_response(),
-        Err(refusal) => refusal.into_response(),
-    }
+    with_lock(&shared, &headers, &p, |sub, seq, _| {
+        sub.messages.remove(&seq);
+    })
 }
 
 /// "Unlock Message" (PUT on the lock URL): the message is available again at once (its
@@ -347,21 +361,11 @@ pub(super) async fn unlock(
     Path(p): LockPath,
     headers: HeaderMap,
 ) -> Response {
-    count_request(&shared);
-    let path = format!("/{}/subscriptions/{}/messages/{}/{}", p.0, p.1, p.2, p.3);
-    if let Err(refused) = authorize(&shared, &headers, &path) {
-        return refused.into_response();
-    }
-    let result = with_lock(&shared, &p, |sub, seq, _| {
+    let answer = with_lock(&shared, &headers, &p, |sub, seq, _| {
         sub.messages.get_mut(&seq).expect("found").lock = None;
     });
-    match result {
-        Ok(()) => {
-            shared.sent.notify_waiters();
-            StatusCode::OK.into_response()
-        }
-        Err(refusal) => refusal.into_response(),
-    }
+    shared.sent.notify_waiters();
+    answer
 }
 
 /// "Renew-Lock for a Message" (POST on the lock URL): the lock lasts another lock duration
@@ -371,19 +375,10 @@ pub(super) async fn renew(
     Path(p): LockPath,
     headers: HeaderMap,
 ) -> Response {
-    count_request(&shared);
-    let path = format!("/{}/subscriptions/{}/messages/{}/{}", p.0, p.1, p.2, p.3);
-    if let Err(refused) = authorize(&shared, &headers, &path) {
-        return refused.into_response();
-    }
-    let result = with_lock(&shared, &p, |sub, seq, duration| {
+    with_lock(&shared, &headers, &p, |sub, seq, duration| {
         let m = sub.messages.get_mut(&seq).expect("found");
         if let Some((_, until)) = &mut m.lock {
             *until = SystemTime::now() + duration;
         }
-    });
-    match result {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(refusal) => refusal.into_response(),
-    }
+    })
 }
