@@ -13,7 +13,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message as _;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::{KIND, KafkaSettings, Quiet, error, is_outage};
+use super::{KIND, KafkaSettings, Quiet, error, outage};
 use crate::external::{ErrorKind, Handle, Notification, ProviderError, ReadinessBridge};
 
 /// Most notifications taken in one receive.
@@ -37,11 +37,9 @@ impl ClientContext for Context {
         Quiet.log(level, facility, message);
     }
     fn error(&self, e: KafkaError, reason: &str) {
-        if !is_outage(&e) {
-            return Quiet.error(e, reason);
+        if let Some(e) = outage(e, reason) {
+            *self.error.lock().expect("error") = Some((e.kind, e.message));
         }
-        let e = error(e);
-        *self.error.lock().expect("error") = Some((e.kind, format!("{} ({reason})", e.message)));
     }
 }
 

@@ -85,11 +85,18 @@ pub(crate) fn error(e: KafkaError) -> ProviderError {
     ProviderError::with_source(KIND, kind, e)
 }
 
-/// Whether a client error reported by librdkafka means the broker cannot be used. A single
-/// broker connection that drops (an idle connection closed by the broker, one broker of a
-/// cluster restarting) is retried by librdkafka on its own and is not.
-pub(crate) fn is_outage(e: &KafkaError) -> bool {
-    e.rdkafka_error_code() != Some(RDKafkaErrorCode::BrokerTransportFailure)
+/// A client error reported by librdkafka, as an outage (with librdkafka's reason) when the
+/// broker cannot be used; `None`, logged at debug level, for a single broker connection that
+/// dropped (an idle connection closed by the broker, one broker of a cluster restarting),
+/// which librdkafka retries on its own.
+pub(crate) fn outage(e: KafkaError, reason: &str) -> Option<ProviderError> {
+    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::BrokerTransportFailure) {
+        Quiet.error(e, reason);
+        return None;
+    }
+    let mut e = error(e);
+    e.message = format!("{} ({reason})", e.message);
+    Some(e)
 }
 
 /// librdkafka's log lines and client errors, routed to `tracing` at debug level: failures

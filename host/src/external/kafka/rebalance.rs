@@ -12,7 +12,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::consumer::Shared;
-use super::{ADMIN_TIMEOUT, Quiet, error, is_outage};
+use super::{ADMIN_TIMEOUT, Quiet, error, outage};
 
 /// The consumer's librdkafka context: rebalances and client errors.
 pub(super) struct Context {
@@ -26,12 +26,9 @@ impl ClientContext for Context {
         Quiet.log(level, facility, message);
     }
     fn error(&self, e: KafkaError, reason: &str) {
-        if !is_outage(&e) {
-            return Quiet.error(e, reason);
+        if let Some(e) = outage(e, reason) {
+            self.shared.failed(&e);
         }
-        let mut e = error(e);
-        e.message = format!("{} ({reason})", e.message);
-        self.shared.failed(&e);
     }
 }
 
