@@ -10,13 +10,14 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::proxy::TcpProxy;
 
 /// The shared Kafka broker.
 pub fn kafka_brokers() -> String {
@@ -208,10 +209,7 @@ pub fn tansu_binary() -> PathBuf {
 /// `stop` makes the broker unreachable — connections cut, new ones refused — while it keeps
 /// its topics, messages and offsets, and `start_again` lets clients back in. Killed on drop.
 pub struct KafkaNode {
-    proxy_port: u16,
-    up: Arc<AtomicBool>,
-    cut: Arc<tokio::sync::Notify>,
-    proxy: tokio::task::JoinHandle<()>,
+    proxy: TcpProxy,
     child: Child,
 }
 
@@ -226,10 +224,8 @@ impl KafkaNode {
     /// Start a broker and its proxy; wait until the broker answers through it.
     pub async fn start() -> KafkaNode {
         let broker_port = free_port();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a proxy port");
-        let proxy_port = listener.local_addr().unwrap().port();
+        let proxy = TcpProxy::start(broker_port).await;
+        let proxy_port = proxy.port();
         let child = Command::new(tansu_binary())
             .arg("broker")
             .args(["--listener-url", &format!("tcp://127.0.0.1:{broker_port}")])
@@ -243,34 +239,24 @@ impl KafkaNode {
             .stderr(Stdio::null())
             .spawn()
             .expect("tansu starts (installed by `cargo xtask test`)");
-        let up = Arc::new(AtomicBool::new(true));
-        let cut = Arc::new(tokio::sync::Notify::new());
-        let proxy = tokio::spawn(proxy(listener, broker_port, up.clone(), cut.clone()));
-        let node = KafkaNode {
-            proxy_port,
-            up,
-            cut,
-            proxy,
-            child,
-        };
+        let node = KafkaNode { proxy, child };
         node.wait_answering().await;
         node
     }
 
     /// `127.0.0.1:PORT` (the proxy).
     pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.proxy_port)
+        format!("127.0.0.1:{}", self.proxy.port())
     }
 
     /// Cut every connection and refuse new ones (the broker is gone for its clients).
     pub fn stop(&mut self) {
-        self.up.store(false, Ordering::SeqCst);
-        self.cut.notify_waiters();
+        self.proxy.stop();
     }
 
     /// Let clients in again; wait until the broker answers.
     pub async fn start_again(&mut self) {
-        self.up.store(true, Ordering::SeqCst);
+        self.proxy.start_again();
         self.wait_answering().await;
     }
 
@@ -293,36 +279,9 @@ impl KafkaNode {
     }
 }
 
-/// Forward connections to the broker while `up`; cut them all when `cut` is notified.
-async fn proxy(
-    listener: tokio::net::TcpListener,
-    broker_port: u16,
-    up: Arc<AtomicBool>,
-    cut: Arc<tokio::sync::Notify>,
-) {
-    while let Ok((mut client, _)) = listener.accept().await {
-        if !up.load(Ordering::SeqCst) {
-            drop(client); // refused: closed at once
-            continue;
-        }
-        let cut = cut.clone();
-        tokio::spawn(async move {
-            let Ok(mut broker) = tokio::net::TcpStream::connect(("127.0.0.1", broker_port)).await
-            else {
-                return;
-            };
-            tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut client, &mut broker) => {}
-                _ = cut.notified() => {}
-            }
-        });
-    }
-}
-
 impl Drop for KafkaNode {
     fn drop(&mut self) {
-        self.proxy.abort();
-        self.cut.notify_waiters();
+        self.proxy.stop();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

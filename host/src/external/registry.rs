@@ -51,6 +51,7 @@ pub static KINDS: &[&dyn ProviderKind] = &[
     &super::redis::RedisKind,
     &super::rabbitmq::RabbitMqKind,
     &super::kafka::KafkaKind,
+    &super::servicebus::ServiceBusKind,
 ];
 
 /// The provider type called `name`.

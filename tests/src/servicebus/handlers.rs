@@ -12,9 +12,7 @@ use serde_json::{Value, json};
 
 use super::dates::{http_date, parse_date};
 use super::sas::authorize;
-use super::{
-    BATCH_CONTENT_TYPE, Broker, Message, Refusal, Shared, Subscription, count_request, gone,
-};
+use super::{BATCH_CONTENT_TYPE, Broker, Message, Refusal, Shared, count_request, gone};
 
 /// One message to send: body, broker properties, user properties.
 struct Outgoing {
@@ -260,6 +258,53 @@ pub(super) async fn peek_lock(
     }
 }
 
+/// "Receive and Delete Message (Destructive Read)": DELETE
+/// `{topic}/subscriptions/{sub}/messages/head?timeout=N`; 200 with the message, which is
+/// gone from the subscription, or 204 No Content when none came within the timeout.
+pub(super) async fn receive_and_delete(
+    State(shared): State<Arc<Shared>>,
+    Path((topic, sub)): Path<(String, String)>,
+    Query(query): Query<PeekQuery>,
+    headers: HeaderMap,
+) -> Response {
+    count_request(&shared);
+    let path = format!("/{topic}/subscriptions/{sub}/messages/head");
+    if let Err(refused) = authorize(&shared, &headers, &path) {
+        return refused.into_response();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(query.timeout.unwrap_or(60));
+    loop {
+        let sent = shared.sent.notified();
+        let taken = {
+            let mut broker = shared.broker.lock().unwrap();
+            try_lock(&mut broker, &topic, &sub).map(|locked| {
+                locked.inspect(|m| {
+                    if let Some(s) = broker.topics.get_mut(&topic).and_then(|t| t.get_mut(&sub)) {
+                        s.messages.remove(&m.sequence);
+                    }
+                })
+            })
+        };
+        match taken {
+            Err(refusal) => return refusal.into_response(),
+            Ok(Some(message)) => {
+                let mut answer = locked_response(&message, String::new());
+                *answer.status_mut() = StatusCode::OK;
+                return answer;
+            }
+            Ok(None) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+        let wake = tokio::time::Instant::now() + Duration::from_millis(50);
+        tokio::select! {
+            _ = sent => {}
+            _ = tokio::time::sleep_until(wake.min(deadline)) => {}
+        }
+    }
+}
+
 /// The dead-letter subqueue: `{topic}/subscriptions/{sub}/$DeadLetterQueue/messages/head`
 /// (receive-and-delete of the oldest dead-lettered message here; 204 when empty).
 pub(super) async fn peek_lock_dead_letter(
@@ -286,99 +331,4 @@ pub(super) async fn peek_lock_dead_letter(
         }
         None => StatusCode::NO_CONTENT.into_response(),
     }
-}
-
-/// An operation on the lock URL: authorize it, find the locked message by its sequence
-/// number (or MessageId) and lock token, and `act` on it; 200, or the refusal.
-fn with_lock(
-    shared: &Shared,
-    headers: &HeaderMap,
-    (topic, sub, id, token): &(String, String, String, String),
-    act: impl FnOnce(&mut Subscription, i64, Duration),
-) -> Response {
-    count_request(shared);
-    let path = format!("/{topic}/subscriptions/{sub}/messages/{id}/{token}");
-    match authorize(shared, headers, &path)
-        .and_then(|()| find_lock(shared, (topic, sub, id, token), act))
-    {
-        Ok(()) => StatusCode::OK.into_response(),
-        Err(refusal) => refusal.into_response(),
-    }
-}
-
-fn find_lock(
-    shared: &Shared,
-    (topic, sub, id, token): (&String, &String, &String, &String),
-    act: impl FnOnce(&mut Subscription, i64, Duration),
-) -> Result<(), Refusal> {
-    let mut broker = shared.broker.lock().unwrap();
-    let lock_duration = broker.lock_duration;
-    let Some(subscription) = broker.topics.get_mut(topic).and_then(|t| t.get_mut(sub)) else {
-        return Err(gone(&format!("subscription `{topic}/{sub}`")));
-    };
-    let now = SystemTime::now();
-    let found = subscription
-        .messages
-        .values()
-        .find(|m| {
-            (m.sequence.to_string() == *id || m.message_id == *id)
-                && m.lock
-                    .as_ref()
-                    .is_some_and(|(t, until)| t == token && *until > now)
-        })
-        .map(|m| m.sequence);
-    match found {
-        Some(seq) => {
-            act(subscription, seq, lock_duration);
-            Ok(())
-        }
-        // The lock is unknown or expired: the message is no longer locked by this receiver.
-        None => Err(Refusal(
-            StatusCode::NOT_FOUND,
-            "lock not found or expired".to_string(),
-        )),
-    }
-}
-
-type LockPath = Path<(String, String, String, String)>;
-
-/// "Delete Message" (DELETE on the lock URL): completes the message; 200, or 404 when the
-/// lock is unknown or expired.
-pub(super) async fn complete(
-    State(shared): State<Arc<Shared>>,
-    Path(p): LockPath,
-    headers: HeaderMap,
-) -> Response {
-    with_lock(&shared, &headers, &p, |sub, seq, _| {
-        sub.messages.remove(&seq);
-    })
-}
-
-/// "Unlock Message" (PUT on the lock URL): the message is available again at once (its
-/// delivery was counted when it was locked); 200, or 404.
-pub(super) async fn unlock(
-    State(shared): State<Arc<Shared>>,
-    Path(p): LockPath,
-    headers: HeaderMap,
-) -> Response {
-    let answer = with_lock(&shared, &headers, &p, |sub, seq, _| {
-        sub.messages.get_mut(&seq).expect("found").lock = None;
-    });
-    shared.sent.notify_waiters();
-    answer
-}
-
-/// "Renew-Lock for a Message" (POST on the lock URL): the lock lasts another lock duration
-/// from now; 200, or 404.
-pub(super) async fn renew(
-    State(shared): State<Arc<Shared>>,
-    Path(p): LockPath,
-    headers: HeaderMap,
-) -> Response {
-    with_lock(&shared, &headers, &p, |sub, seq, duration| {
-        let m = sub.messages.get_mut(&seq).expect("found");
-        if let Some((_, until)) = &mut m.lock {
-            *until = SystemTime::now() + duration;
-        }
-    })
 }

@@ -23,10 +23,14 @@ use axum::routing::{delete, post};
 use tokio::sync::Notify;
 
 mod dates;
+mod direct;
 mod handlers;
+mod locks;
 mod sas;
 
-use handlers::{complete, peek_lock, peek_lock_dead_letter, renew, send, unlock};
+pub use direct::send_direct;
+use handlers::{peek_lock, peek_lock_dead_letter, receive_and_delete, send};
+use locks::{complete, renew, unlock};
 pub use sas::sas_token;
 
 /// The content type of Send Message Batch.
@@ -63,7 +67,7 @@ struct Broker {
 
 struct Shared {
     key_name: String,
-    key: String,
+    key: Mutex<String>,
     broker: Mutex<Broker>,
     sent: Notify,
 }
@@ -81,7 +85,7 @@ impl ContractServer {
     pub async fn start(key_name: &str, key: &str) -> ContractServer {
         let shared = Arc::new(Shared {
             key_name: key_name.to_string(),
-            key: key.to_string(),
+            key: Mutex::new(key.to_string()),
             broker: Mutex::new(Broker {
                 topics: HashMap::new(),
                 sequence: 0,
@@ -96,7 +100,7 @@ impl ContractServer {
             .route("/{topic}/messages", post(send))
             .route(
                 "/{topic}/subscriptions/{sub}/messages/head",
-                post(peek_lock),
+                post(peek_lock).delete(receive_and_delete),
             )
             .route(
                 "/{topic}/subscriptions/{sub}/{dlq}/messages/head",
@@ -110,6 +114,11 @@ impl ContractServer {
             let _ = axum::serve(listener, app).await;
         });
         ContractServer { addr, shared, task }
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
     }
 
     /// `http://127.0.0.1:PORT` (what replaces `https://{namespace}.servicebus.windows.net`).
@@ -161,6 +170,23 @@ impl ContractServer {
             .filter(|m| m.lock.as_ref().is_some_and(|(_, until)| *until > now))
             .count();
         (sub.messages.len(), locked, sub.dead_letters.len())
+    }
+
+    /// Accept signatures made with `key` from now on (a rotated key; the old one is 401).
+    pub fn set_key(&self, key: &str) {
+        *self.shared.key.lock().unwrap() = key.to_string();
+    }
+
+    /// Delete every message of a subscription.
+    pub fn purge(&self, topic: &str, subscription: &str) {
+        let mut broker = self.shared.broker.lock().unwrap();
+        if let Some(sub) = broker
+            .topics
+            .get_mut(topic)
+            .and_then(|t| t.get_mut(subscription))
+        {
+            sub.messages.clear();
+        }
     }
 
     /// HTTP requests answered so far.

@@ -99,7 +99,8 @@ pub(super) fn authorize(shared: &Shared, headers: &HeaderMap, path: &str) -> Res
     if expiry <= now {
         return refuse("token expired");
     }
-    if url_decode(sig) != sign(&shared.key, &format!("{sr}\n{se}")) {
+    let key = shared.key.lock().unwrap().clone();
+    if url_decode(sig) != sign(&key, &format!("{sr}\n{se}")) {
         return refuse("invalid signature");
     }
     // The token's resource must cover the request's path (scheme and host are the

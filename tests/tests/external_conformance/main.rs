@@ -1,12 +1,13 @@
 //! The provider conformance suite: every provider-agnostic behaviour of external pending
 //! storage, written once against a [`Harness`] and run against every provider on its real
-//! broker (Redis, RabbitMQ and Kafka; Service Bus plugs in the same way). Cases that
+//! broker (Redis, RabbitMQ, Kafka, and Service Bus against its contract server). Cases that
 //! depend on a capability ask the provider's [`Capabilities`] first.
 
 mod cases;
 mod kafka;
 mod rabbitmq;
 mod redis;
+mod servicebus;
 
 use std::sync::Arc;
 
@@ -104,3 +105,4 @@ macro_rules! conformance {
 conformance!(on_redis, crate::redis::RedisHarness);
 conformance!(on_rabbitmq, crate::rabbitmq::RabbitHarness);
 conformance!(on_kafka, crate::kafka::KafkaHarness);
+conformance!(on_servicebus, crate::servicebus::ServiceBusHarness);
