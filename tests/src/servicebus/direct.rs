@@ -4,14 +4,15 @@
 use super::sas::sas_token;
 
 /// POST `body` to `{endpoint}/{topic}/messages` (signed for namespace `namespace` with
-/// `key`), with `MessageId` when given. Returns the HTTP status.
+/// `key`) with extra `headers` (`BrokerProperties` as JSON, custom properties as other
+/// headers). Returns the HTTP status.
 pub async fn send_direct(
     endpoint: &str,
     namespace: &str,
     (key_name, key): (&str, &str),
     topic: &str,
     body: &[u8],
-    message_id: Option<&str>,
+    headers: &[(&str, &str)],
 ) -> u16 {
     let resource = format!("https://{namespace}.servicebus.windows.net/{topic}");
     let expiry = std::time::SystemTime::now()
@@ -21,7 +22,10 @@ pub async fn send_direct(
         + 3600;
     let token = sas_token(&resource, key_name, key, expiry);
     let url = format!("{endpoint}/{topic}/messages");
-    let broker = message_id.map(|id| serde_json::json!({ "MessageId": id }).to_string());
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let body = body.to_vec();
     tokio::task::spawn_blocking(move || {
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -32,8 +36,8 @@ pub async fn send_direct(
             "Content-Type",
             "application/atom+xml;type=entry;charset=utf-8",
         );
-        if let Some(broker) = &broker {
-            request = request.header("BrokerProperties", broker);
+        for (name, value) in &headers {
+            request = request.header(name, value);
         }
         request
             .send(&body[..])

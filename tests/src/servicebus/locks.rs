@@ -57,10 +57,13 @@ fn find_lock(
             Ok(())
         }
         // The lock is unknown or expired: the message is no longer locked by this receiver.
-        None => Err(Refusal(
+        None => {
+            broker.refused_locks += 1;
+            Err(Refusal(
             StatusCode::NOT_FOUND,
             "lock not found or expired".to_string(),
-        )),
+            ))
+        }
     }
 }
 

@@ -63,6 +63,8 @@ struct Broker {
     lock_duration: Duration,
     max_delivery_count: u32,
     requests: u64,
+    /// Lock operations answered 404 (the lock was unknown or expired).
+    refused_locks: u64,
 }
 
 struct Shared {
@@ -92,6 +94,7 @@ impl ContractServer {
                 lock_duration: Duration::from_secs(60),
                 max_delivery_count: 10,
                 requests: 0,
+                refused_locks: 0,
             }),
             sent: Notify::new(),
         });
@@ -187,6 +190,11 @@ impl ContractServer {
         {
             sub.messages.clear();
         }
+    }
+
+    /// Complete, unlock or renew requests refused so far because the lock was gone.
+    pub fn refused_locks(&self) -> u64 {
+        self.shared.broker.lock().unwrap().refused_locks
     }
 
     /// HTTP requests answered so far.

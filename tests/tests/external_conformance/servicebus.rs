@@ -71,7 +71,7 @@ impl Harness for ServiceBusHarness {
             (KEY_NAME, KEY),
             &Self::topic(queue),
             body,
-            None,
+            &[],
         )
         .await;
         assert_eq!(status, 201, "the contract server accepts the send");
