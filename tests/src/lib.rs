@@ -4,7 +4,7 @@
 pub mod kafka;
 pub mod proxy;
 pub mod rabbit_node;
-pub mod servicebus;
+pub use wharf_servicebus_contract as servicebus;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

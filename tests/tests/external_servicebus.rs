@@ -118,7 +118,15 @@ async fn a_lost_lock_refuses_the_settlement_and_the_inbox_skips_the_redelivery()
         Some("lost-1"),
     );
     assert_eq!(
-        send_direct(&server.endpoint(), "shop", (KEY_NAME, KEY), TOPIC, &message, &[]).await,
+        send_direct(
+            &server.endpoint(),
+            "shop",
+            (KEY_NAME, KEY),
+            TOPIC,
+            &message,
+            &[]
+        )
+        .await,
         201
     );
     wait_for(T, "the message to be locked", || async {
@@ -158,7 +166,10 @@ async fn a_wrong_key_turns_health_red_until_the_key_is_accepted() {
         (!healthy && detail.contains("401")).then_some(detail)
     })
     .await;
-    assert!(detail.contains("servicebus"), "names the provider: {detail}");
+    assert!(
+        detail.contains("servicebus"),
+        "names the provider: {detail}"
+    );
     let error = host
         .router
         .enqueue("export_order", msg(json!({"n": 1})))
@@ -218,7 +229,10 @@ async fn broker_and_custom_properties_reach_the_guest() {
     };
     assert_eq!(header("message-id"), Some("props-1"), "{headers:?}");
     assert_eq!(header("tenant"), Some("acme"), "{headers:?}");
-    assert!(header("servicebus-sequence-number").is_some(), "{headers:?}");
+    assert!(
+        header("servicebus-sequence-number").is_some(),
+        "{headers:?}"
+    );
     let enqueued = seen["enqueued_at_ms"].as_u64().unwrap();
     let now = wharf_host::queue::now_ms() as u64;
     assert!(
@@ -267,9 +281,11 @@ handler = "not-deployed"
             .await
             .unwrap();
     }
-    wait_for(Duration::from_secs(120), "three replies from Azure", || async {
-        (replies(&host).await == vec![0, 1, 2]).then_some(())
-    })
+    wait_for(
+        Duration::from_secs(120),
+        "three replies from Azure",
+        || async { (replies(&host).await == vec![0, 1, 2]).then_some(()) },
+    )
     .await;
     host.shutdown().await;
 }

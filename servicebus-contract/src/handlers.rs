@@ -31,6 +31,7 @@ pub(super) async fn send(
     body: Bytes,
 ) -> Response {
     count_request(&shared);
+    shared.broker.lock().unwrap().sends += 1;
     if let Err(refused) = authorize(&shared, &headers, &format!("/{topic}/messages")) {
         return refused.into_response();
     }

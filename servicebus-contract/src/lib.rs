@@ -2,7 +2,8 @@
 //! provider uses, over plain HTTP on loopback, for tests (nothing here can reach Azure, and
 //! no emulator runs without Docker). It is a contract, not a convenience mock: every handler
 //! follows a section of the REST reference (named at each handler), and
-//! `tests/servicebus_contract.rs` checks those documented behaviours against it.
+//! `tests/tests/servicebus_contract.rs` checks those documented behaviours against it. Used
+//! by the tests and by the Service Bus benchmark.
 //!
 //! Model: topics with subscriptions; a send fans a copy out to every subscription; a
 //! peek-lock takes the first visible, unlocked message, increments its `DeliveryCount` and
@@ -63,6 +64,8 @@ struct Broker {
     lock_duration: Duration,
     max_delivery_count: u32,
     requests: u64,
+    /// Send and batch send requests.
+    sends: u64,
     /// Lock operations answered 404 (the lock was unknown or expired).
     refused_locks: u64,
 }
@@ -94,6 +97,7 @@ impl ContractServer {
                 lock_duration: Duration::from_secs(60),
                 max_delivery_count: 10,
                 requests: 0,
+                sends: 0,
                 refused_locks: 0,
             }),
             sent: Notify::new(),
@@ -195,6 +199,11 @@ impl ContractServer {
     /// Complete, unlock or renew requests refused so far because the lock was gone.
     pub fn refused_locks(&self) -> u64 {
         self.shared.broker.lock().unwrap().refused_locks
+    }
+
+    /// Send (and batch send) requests answered so far.
+    pub fn sends(&self) -> u64 {
+        self.shared.broker.lock().unwrap().sends
     }
 
     /// HTTP requests answered so far.

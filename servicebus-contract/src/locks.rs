@@ -60,8 +60,8 @@ fn find_lock(
         None => {
             broker.refused_locks += 1;
             Err(Refusal(
-            StatusCode::NOT_FOUND,
-            "lock not found or expired".to_string(),
+                StatusCode::NOT_FOUND,
+                "lock not found or expired".to_string(),
             ))
         }
     }
