@@ -2,7 +2,8 @@
 //! can reach Azure; the end-to-end test against a real namespace runs when
 //! `WHARF_TEST_SERVICEBUS_CONNECTION` is set): lock renewal for a handler slower than the
 //! lock, a lock lost early (the settlement is refused, the redelivery is skipped by the
-//! inbox), a wrong SAS key on the health check, and broker properties reaching the guest.
+//! inbox), a wrong SAS key and a missing subscription on the health check, and broker and
+//! custom properties reaching the guest.
 //! The behaviour every provider shares is in the conformance suite (`external_conformance`).
 
 use std::time::Duration;
@@ -192,6 +193,29 @@ async fn a_wrong_key_turns_health_red_until_the_key_is_accepted() {
         .unwrap();
     wait_for(T, "the reply", || async {
         (replies(&host).await == vec![2]).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_subscription_is_named_on_the_health_check() {
+    let server = ContractServer::start(KEY_NAME, KEY).await;
+    server.create_topic(TOPIC, &["processing"]);
+    let (_dir, host) = start(&config(&server.endpoint(), KEY, "", "")).await;
+    let detail = wait_for(T, "the readiness check to turn red", || async {
+        let (healthy, detail) = readiness(&host).await;
+        (!healthy && detail.contains("410")).then_some(detail)
+    })
+    .await;
+    assert!(
+        detail.contains("nexus.export_order/readiness") && detail.contains("does not exist"),
+        "{detail}"
+    );
+    // Created by the namespace's owner: the host picks it up.
+    server.create_topic(TOPIC, &["readiness"]);
+    wait_for(T, "the readiness check to turn green", || async {
+        readiness(&host).await.0.then_some(())
     })
     .await;
     host.shutdown().await;

@@ -23,7 +23,7 @@ pub enum QueueStorage {
 
 /// `[providers.NAME]`: one external pending storage. `type` names the provider module;
 /// the other keys are its settings, checked by that module when the file is loaded.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 pub struct ProviderConfig {
     /// The provider type (`redis`, `rabbitmq`, …).
     #[serde(rename = "type")]
@@ -31,6 +31,17 @@ pub struct ProviderConfig {
     /// Every other key of the section.
     #[serde(flatten)]
     pub settings: toml::Table,
+}
+
+/// Shows the setting keys only: values may hold credentials (URLs with passwords,
+/// connection strings).
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("kind", &self.kind)
+            .field("settings", &self.settings.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// `[external]`: settings shared by every provider.

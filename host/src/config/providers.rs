@@ -178,12 +178,37 @@ mod tests {
                 "providers.p.queue_type",
                 "unknown variant",
             ),
+            (
+                "type = \"servicebus\"\nconnection_string = \"Endpoint=sb://shop/;SharedAccessKeyName=k\"",
+                "providers.p.connection_string",
+                "no SharedAccessKey",
+            ),
+            (
+                "type = \"servicebus\"\nconnection_string = \"Endpoint=sb://shop/;SharedAccessKeyName=k;SharedAccessKey=s\"\nlock_renewal = \"yes\"",
+                "providers.p.lock_renewal",
+                "invalid type",
+            ),
         ];
         for (section, key, reason) in cases {
             let (k, r) = key_error(&format!("[providers.p]\n{section}\n\n{QUEUE}"));
             assert_eq!(k, key, "{section}: {r}");
             assert!(r.contains(reason), "{section}: {r}");
         }
+    }
+
+    #[test]
+    fn provider_settings_never_show_their_values() {
+        let config = Config::parse(
+            Path::new("wharf.toml"),
+            &format!(
+                "[providers.p]\ntype = \"servicebus\"\nconnection_string = \"Endpoint=sb://shop/;SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0\"\n\n{QUEUE}"
+            ),
+            &|_| None,
+        )
+        .expect("a valid file");
+        let shown = format!("{config:?}");
+        assert!(shown.contains("connection_string"), "{shown}");
+        assert!(!shown.contains("c2VjcmV0"), "{shown}");
     }
 
     #[test]
@@ -197,6 +222,10 @@ mod tests {
         );
         let (key, _) = key_error(&format!("{rabbit}{QUEUE}replace_by_id = true\n"));
         assert_eq!(key, "queues.q.replace_by_id");
+        let bus = "[providers.p]\ntype = \"servicebus\"\nconnection_string = \"Endpoint=sb://shop/;SharedAccessKeyName=k;SharedAccessKey=s\"\n\n";
+        let (key, reason) = key_error(&format!("{bus}{QUEUE}idempotent = true\n"));
+        assert_eq!(key, "queues.q.idempotent");
+        assert!(reason.contains("type `servicebus`"), "{reason}");
         let redis = "[providers.p]\ntype = \"redis\"\nurl = \"redis://h\"\n\n";
         Config::parse(
             Path::new("wharf.toml"),
