@@ -199,6 +199,34 @@ async fn a_wrong_key_turns_health_red_until_the_key_is_accepted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_whose_handler_is_not_deployed_locks_nothing() {
+    let server = server().await;
+    let dir = TestDir::new();
+    let host = dir.start(&config(&server.endpoint(), KEY, "", "")).await;
+    host.router
+        .enqueue("export_order", msg(json!({"reply_to": "replies", "n": 4})))
+        .await
+        .unwrap();
+    wait_for(
+        T,
+        "the readiness bridge to take the notification",
+        || async { (server.counts(TOPIC, "readiness").0 == 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        server.counts(TOPIC, "processing"),
+        (1, 0, 0),
+        "waiting, not locked by a consumer that cannot run it"
+    );
+    dir.deploy("flaky", "flaky");
+    wait_for(T, "the reply once the handler is deployed", || async {
+        (replies(&host).await == vec![4]).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_subscription_is_named_on_the_health_check() {
     let server = ContractServer::start(KEY_NAME, KEY).await;
     server.create_topic(TOPIC, &["processing"]);

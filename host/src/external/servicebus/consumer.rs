@@ -69,11 +69,15 @@ struct State {
 /// The processing consumer of one Service Bus queue.
 pub struct ServiceBusConsumer {
     state: Arc<State>,
+    receivers: u32,
+    /// Receiving starts with the first `receive` (the queue's handler is deployed): no
+    /// lock is taken for a queue nothing processes yet.
+    started: std::sync::Once,
 }
 
 impl ServiceBusConsumer {
-    /// Start receiving from `topic/subscription`, holding at most `prefetch` locks.
-    pub fn start(
+    /// A consumer of `topic/subscription` holding at most `prefetch` locks.
+    pub fn new(
         rest: Arc<Rest>,
         topic: String,
         subscription: String,
@@ -95,11 +99,20 @@ impl ServiceBusConsumer {
             failure: Mutex::new(None),
             stopping: CancellationToken::new(),
         });
-        for index in 0..prefetch.min(MAX_RECEIVERS) {
-            tokio::spawn(receiver(state.clone(), index));
+        ServiceBusConsumer {
+            state,
+            receivers: prefetch.min(MAX_RECEIVERS),
+            started: std::sync::Once::new(),
         }
-        tokio::spawn(keep_locks(state.clone()));
-        ServiceBusConsumer { state }
+    }
+
+    fn start_receiving(&self) {
+        self.started.call_once(|| {
+            for index in 0..self.receivers {
+                tokio::spawn(receiver(self.state.clone(), index));
+            }
+            tokio::spawn(keep_locks(self.state.clone()));
+        });
     }
 }
 
@@ -254,6 +267,7 @@ async fn keep_locks(state: Arc<State>) {
 #[async_trait]
 impl Consumer for ServiceBusConsumer {
     async fn receive(&self, max: u32) -> Result<Vec<Delivery>, ProviderError> {
+        self.start_receiving();
         if let Some(failure) = self.state.failure.lock().expect("failure").take() {
             return Err(failure);
         }

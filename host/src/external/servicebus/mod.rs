@@ -170,7 +170,7 @@ impl Provider for ServiceBusProvider {
         queue: &str,
         settings: ConsumerSettings,
     ) -> Result<Arc<dyn Consumer>, ProviderError> {
-        Ok(Arc::new(ServiceBusConsumer::start(
+        Ok(Arc::new(ServiceBusConsumer::new(
             self.rest.clone(),
             self.settings.topic(queue),
             self.settings.processing_subscription.clone(),
