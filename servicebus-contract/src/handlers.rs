@@ -209,6 +209,39 @@ fn locked_response(message: &Message, location: String) -> Response {
     (StatusCode::CREATED, headers, message.body.clone()).into_response()
 }
 
+/// Wait up to `?timeout=N` seconds (default 60) for the first available message of
+/// `topic/sub`, locking it; `delete` removes it at once (a destructive read). Woken by a
+/// send; scheduled messages and expiring locks are looked at every 50 ms.
+async fn take_head(
+    shared: &Shared,
+    (topic, sub): (&str, &str),
+    timeout: Option<u64>,
+    delete: bool,
+) -> Result<Option<Message>, Refusal> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout.unwrap_or(60));
+    loop {
+        let sent = shared.sent.notified();
+        {
+            let mut broker = shared.broker.lock().unwrap();
+            if let Some(message) = try_lock(&mut broker, topic, sub)? {
+                if delete && let Some(s) = broker.topics.get_mut(topic).and_then(|t| t.get_mut(sub))
+                {
+                    s.messages.remove(&message.sequence);
+                }
+                return Ok(Some(message));
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        let wake = tokio::time::Instant::now() + Duration::from_millis(50);
+        tokio::select! {
+            _ = sent => {}
+            _ = tokio::time::sleep_until(wake.min(deadline)) => {}
+        }
+    }
+}
+
 /// "Peek-Lock Message (Non-Destructive Read)": POST `{topic}/subscriptions/{sub}/messages/head
 /// ?timeout=N` waits up to N seconds; 201 with the body, `BrokerProperties`, custom
 /// properties as headers and `Location` (the lock's URL); 204 No Content when none came.
@@ -228,33 +261,16 @@ pub(super) async fn peek_lock(
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost")
         .to_string();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(query.timeout.unwrap_or(60));
-    loop {
-        let sent = shared.sent.notified();
-        let locked = {
-            let mut broker = shared.broker.lock().unwrap();
-            try_lock(&mut broker, &topic, &sub)
-        };
-        match locked {
-            Err(refusal) => return refusal.into_response(),
-            Ok(Some(message)) => {
-                let (token, _) = message.lock.clone().expect("locked");
-                let location = format!(
-                    "http://{host}/{topic}/subscriptions/{sub}/messages/{}/{token}",
-                    message.sequence
-                );
-                return locked_response(&message, location);
-            }
-            Ok(None) => {}
-        }
-        // Woken by a send; scheduled messages and expiring locks are looked at every 50 ms.
-        let wake = tokio::time::Instant::now() + Duration::from_millis(50);
-        if tokio::time::Instant::now() >= deadline {
-            return StatusCode::NO_CONTENT.into_response();
-        }
-        tokio::select! {
-            _ = sent => {}
-            _ = tokio::time::sleep_until(wake.min(deadline)) => {}
+    match take_head(&shared, (&topic, &sub), query.timeout, false).await {
+        Err(refusal) => refusal.into_response(),
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Some(message)) => {
+            let (token, _) = message.lock.clone().expect("locked");
+            let location = format!(
+                "http://{host}/{topic}/subscriptions/{sub}/messages/{}/{token}",
+                message.sequence
+            );
+            locked_response(&message, location)
         }
     }
 }
@@ -273,35 +289,13 @@ pub(super) async fn receive_and_delete(
     if let Err(refused) = authorize(&shared, &headers, &path) {
         return refused.into_response();
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(query.timeout.unwrap_or(60));
-    loop {
-        let sent = shared.sent.notified();
-        let taken = {
-            let mut broker = shared.broker.lock().unwrap();
-            try_lock(&mut broker, &topic, &sub).map(|locked| {
-                locked.inspect(|m| {
-                    if let Some(s) = broker.topics.get_mut(&topic).and_then(|t| t.get_mut(&sub)) {
-                        s.messages.remove(&m.sequence);
-                    }
-                })
-            })
-        };
-        match taken {
-            Err(refusal) => return refusal.into_response(),
-            Ok(Some(message)) => {
-                let mut answer = locked_response(&message, String::new());
-                *answer.status_mut() = StatusCode::OK;
-                return answer;
-            }
-            Ok(None) => {}
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return StatusCode::NO_CONTENT.into_response();
-        }
-        let wake = tokio::time::Instant::now() + Duration::from_millis(50);
-        tokio::select! {
-            _ = sent => {}
-            _ = tokio::time::sleep_until(wake.min(deadline)) => {}
+    match take_head(&shared, (&topic, &sub), query.timeout, true).await {
+        Err(refusal) => refusal.into_response(),
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Some(message)) => {
+            let mut answer = locked_response(&message, String::new());
+            *answer.status_mut() = StatusCode::OK;
+            answer
         }
     }
 }

@@ -17,6 +17,7 @@ mod bridge;
 mod consumer;
 mod endpoint;
 mod rest;
+mod sas;
 mod settings;
 
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 //! `EnqueuedSequenceNumber` as 32 bits, and offer lock operations only on a response object
 //! that cannot be shared with a lock-renewing task.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use azure_core::headers::{HeaderName, Headers};
@@ -22,13 +22,11 @@ use azure_messaging_servicebus::service_bus::SettableBrokerProperties;
 use bytes::Bytes;
 use serde::Deserialize;
 
+use super::sas::Signer;
 use super::settings::Connection;
 use crate::external::{ErrorKind, ProviderError};
 
 const KIND: &str = "servicebus";
-
-/// How long a signature is valid; a new one is made when less than a tenth is left.
-const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
 /// Longest any request may take beyond the receive timeout it asks for.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -82,47 +80,18 @@ pub struct Locked {
 pub struct Rest {
     http: Arc<dyn HttpClient>,
     base: String,
-    connection: Connection,
-    token: Mutex<Option<(String, SystemTime)>>,
+    signer: Signer,
 }
 
 impl Rest {
     /// The namespace of `connection`, reached through `http`.
     pub fn new(http: Arc<dyn HttpClient>, connection: Connection) -> Self {
+        let base = format!("https://{}.servicebus.windows.net", connection.namespace);
         Rest {
-            base: format!("https://{}.servicebus.windows.net", connection.namespace),
+            signer: Signer::new(format!("{base}/"), connection),
+            base,
             http,
-            connection,
-            token: Mutex::new(None),
         }
-    }
-
-    /// A signature for the whole namespace ("Generate SAS token": the URL-encoded resource
-    /// URI and expiry, HMAC-SHA256 with the key), reused until close to its expiry.
-    fn token(&self) -> Result<String, ProviderError> {
-        let now = SystemTime::now();
-        let mut cached = self.token.lock().expect("token");
-        if let Some((token, expires)) = &*cached
-            && *expires > now + TOKEN_LIFETIME / 10
-        {
-            return Ok(token.clone());
-        }
-        let expires = now + TOKEN_LIFETIME;
-        let se = expires
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
-        let sr = url_encode(&format!("{}/", self.base));
-        let key = azure_core::base64::encode(self.connection.key.as_bytes());
-        let sig = azure_core::hmac::hmac_sha256(&format!("{sr}\n{se}"), &key.into())
-            .map_err(|e| ProviderError::with_source(KIND, ErrorKind::Denied, e))?;
-        let token = format!(
-            "SharedAccessSignature sr={sr}&sig={}&se={se}&skn={}",
-            url_encode(&sig),
-            url_encode(&self.connection.key_name)
-        );
-        *cached = Some((token.clone(), expires));
-        Ok(token)
     }
 
     /// Send `request` (signed), waiting at most `wait` beyond [`REQUEST_TIMEOUT`].
@@ -136,7 +105,7 @@ impl Rest {
         let parsed = Url::parse(url)
             .map_err(|e| ProviderError::new(KIND, ErrorKind::Protocol, format!("`{url}`: {e}")))?;
         let mut request = Request::new(parsed, method);
-        request.insert_header(azure_core::headers::AUTHORIZATION, self.token()?);
+        request.insert_header(azure_core::headers::AUTHORIZATION, self.signer.token()?);
         match content {
             Some((content_type, body)) => {
                 request.insert_header(azure_core::headers::CONTENT_TYPE, content_type.to_string());
@@ -379,20 +348,6 @@ pub fn parse_date(text: &str) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs(secs))
 }
 
-/// Percent-encode everything but unreserved characters (RFC 3986).
-fn url_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3 / 2);
-    for b in text.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,14 +360,6 @@ mod tests {
         assert_eq!(
             a.duration_since(UNIX_EPOCH).unwrap().as_secs(),
             1_796_034_641
-        );
-    }
-
-    #[test]
-    fn url_encoding_keeps_only_unreserved_characters() {
-        assert_eq!(
-            url_encode("https://a.b/c?d=e f"),
-            "https%3A%2F%2Fa.b%2Fc%3Fd%3De%20f"
         );
     }
 }
