@@ -158,6 +158,52 @@ async fn a_lost_lock_refuses_the_settlement_and_the_inbox_skips_the_redelivery()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_lost_while_handlers_run_do_not_use_up_the_queue() {
+    let server = server().await;
+    server.set_lock_duration(Duration::from_secs(1));
+    let (_dir, host) = start(&config(
+        &server.endpoint(),
+        KEY,
+        "lock_renewal = false",
+        "concurrency = 1",
+    ))
+    .await;
+    // Every run of the first outlives its lock and fails: nothing can settle it until the
+    // broker's count passes max_attempts; the message behind it must still run.
+    host.router
+        .enqueue(
+            "export_order",
+            msg(json!({"sleep_ms": 1500, "permanent": "slow and failing"})),
+        )
+        .await
+        .unwrap();
+    host.router
+        .enqueue("export_order", msg(json!({"reply_to": "replies", "n": 2})))
+        .await
+        .unwrap();
+    wait_for(T, "the message behind it", || async {
+        (replies(&host).await == vec![2]).then_some(())
+    })
+    .await;
+    let failed = wait_for(T, "the slow one to end failed in SQL", || async {
+        messages(&host, "export_order")
+            .await
+            .into_iter()
+            .find(|m| m.status == wharf_host::queue::Status::Failed)
+    })
+    .await;
+    assert!(
+        failed
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("no attempts left"),
+        "{failed:?}"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_key_turns_health_red_until_the_key_is_accepted() {
     let server = server().await;
     let wrong = "d3Jvbmcta2V5";

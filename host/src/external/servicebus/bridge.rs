@@ -64,9 +64,13 @@ impl ServiceBusReadiness {
             .lock()
             .expect("handed out")
             .push(notification.clone());
+        // Removal stops well before the guard's lock could expire.
+        let until = tokio::time::Instant::now() + guard.lock_for / 2;
         let removed = std::sync::atomic::AtomicUsize::new(0);
         let drain = || async {
-            while removed.load(std::sync::atomic::Ordering::Relaxed) < DRAIN_LIMIT {
+            while removed.load(std::sync::atomic::Ordering::Relaxed) < DRAIN_LIMIT
+                && tokio::time::Instant::now() < until
+            {
                 if !self
                     .rest
                     .receive_and_delete(topic, &self.subscription)
@@ -85,6 +89,33 @@ impl ServiceBusReadiness {
     }
 }
 
+impl ServiceBusReadiness {
+    /// The guards handed out before and not acknowledged (their activation failed), with
+    /// their locks renewed; the ones whose lock is gone are forgotten (the broker hands them
+    /// out again). `None` when there are none.
+    async fn renew_handed_out(&self) -> Result<Option<Vec<Notification>>, ProviderError> {
+        let waiting = self.handed_out.lock().expect("handed out").clone();
+        if waiting.is_empty() {
+            return Ok(None);
+        }
+        let renewed = join_all(waiting.iter().map(|n| async {
+            match n.handle.get::<Guard>() {
+                Some(g) => self.rest.on_lock(&g.0, LockAction::Renew).await,
+                None => Ok(false),
+            }
+        }))
+        .await;
+        let mut kept = Vec::new();
+        for (notification, renewed) in waiting.into_iter().zip(renewed) {
+            if renewed? {
+                kept.push(notification);
+            }
+        }
+        *self.handed_out.lock().expect("handed out") = kept.clone();
+        Ok((!kept.is_empty()).then_some(kept))
+    }
+}
+
 #[async_trait]
 impl ReadinessBridge for ServiceBusReadiness {
     async fn start(&self) -> Result<(), ProviderError> {
@@ -92,8 +123,7 @@ impl ReadinessBridge for ServiceBusReadiness {
     }
 
     async fn receive(&self) -> Result<Vec<Notification>, ProviderError> {
-        let waiting = self.handed_out.lock().expect("handed out").clone();
-        if !waiting.is_empty() {
+        if let Some(waiting) = self.renew_handed_out().await? {
             return Ok(waiting);
         }
         let rounds = join_all(self.queues.iter().map(|(q, t)| self.round(q, t))).await;

@@ -3,14 +3,15 @@
 //! settlement is durable and unlocks what is handed back.
 //!
 //! The REST API hands out one message per request, so receiving runs ahead of the pipeline:
-//! a set of receivers (one per unit of prefetch, at most [`MAX_RECEIVERS`]) each keeps a
-//! peek-lock request open while there is room. When the subscription is empty only the
-//! first receiver waits (a long poll of [`IDLE_WAIT`]); the others park until it receives a
-//! message, so an idle queue costs one request per [`IDLE_WAIT`]. Every lock taken counts
-//! against the prefetch until it is completed, unlocked or lost.
+//! a set of receivers ([`super::receivers`], one per unit of prefetch, at most
+//! [`MAX_RECEIVERS`]) each keeps a peek-lock request open while there is room. When the
+//! subscription is empty only the first receiver waits (a long poll of [`IDLE_WAIT`]); the
+//! others park until a message arrives, so an idle queue costs one request per
+//! [`IDLE_WAIT`]. Every lock taken counts against the prefetch until it is completed,
+//! unlocked or gone ([`super::locks`] renews and forgets them).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,50 +21,67 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::rest::{LockAction, Locked, Rest, parse_date};
-use crate::external::{Consumer, Delivery, DeliveryCount, Handle, Nack, ProviderError};
+use super::locks::keep_locks;
+use super::receivers::receiver;
+use super::rest::{LockAction, Rest};
+use crate::external::{Consumer, Delivery, Handle, Nack, ProviderError};
 
 /// Most peek-lock requests one consumer keeps open at once.
 pub const MAX_RECEIVERS: u32 = 64;
 /// How long the first receiver waits for a message on an idle subscription.
 pub const IDLE_WAIT: Duration = Duration::from_secs(10);
 /// How long the other receivers wait before parking again.
-const BUSY_WAIT: Duration = Duration::from_secs(1);
+pub(super) const BUSY_WAIT: Duration = Duration::from_secs(1);
 /// How often held locks are looked at for renewal.
-const RENEW_TICK: Duration = Duration::from_millis(250);
+pub(super) const RENEW_TICK: Duration = Duration::from_millis(250);
+/// Receiving pauses (and buffered messages are unlocked) when nothing asked for messages
+/// this long: the queue's handler was removed. A queue that waits for work is still asked
+/// at every reconciliation pass.
+pub const PAUSE_AFTER: Duration = Duration::from_secs(120);
 
 /// The right to settle one delivery: the key of its lock in [`State::locks`].
-struct LockId(u64);
+pub(super) struct LockId(pub(super) u64);
 
 /// One lock the consumer holds.
-struct HeldLock {
-    url: String,
-    lock_for: Duration,
-    expires: Instant,
-    /// Renewal found it gone (expired or taken back).
-    lost: bool,
+pub(super) struct HeldLock {
+    pub(super) url: String,
+    pub(super) lock_for: Duration,
+    pub(super) expires: Instant,
+    /// Renewal or completion found it gone (expired or taken back).
+    pub(super) lost: bool,
     /// A completion was attempted: never renewed again, dropped once expired.
-    settling: bool,
+    pub(super) settling: bool,
     /// Completed, for a retried acknowledgement of the same batch.
-    completed: bool,
-    _room: OwnedSemaphorePermit,
+    pub(super) completed: bool,
+    pub(super) _room: OwnedSemaphorePermit,
 }
 
-struct State {
-    rest: Arc<Rest>,
-    topic: String,
-    subscription: String,
-    renew: bool,
-    room: Arc<Semaphore>,
-    buffer: Mutex<VecDeque<Delivery>>,
-    locks: Mutex<HashMap<u64, HeldLock>>,
-    next: AtomicU64,
-    arrived: Notify,
-    /// Raised when the first receiver got a message (the others start receiving).
-    busy: Notify,
-    /// The last receive failure, reported once by `receive`.
-    failure: Mutex<Option<ProviderError>>,
-    stopping: CancellationToken,
+/// What the receivers, the lock keeper and the consumer share.
+pub(super) struct State {
+    pub(super) rest: Arc<Rest>,
+    pub(super) topic: String,
+    pub(super) subscription: String,
+    pub(super) renew: bool,
+    pub(super) room: Arc<Semaphore>,
+    pub(super) buffer: Mutex<VecDeque<Delivery>>,
+    pub(super) locks: Mutex<HashMap<u64, HeldLock>>,
+    pub(super) next: AtomicU64,
+    pub(super) arrived: Notify,
+    /// Raised for each message received: one parked receiver joins.
+    pub(super) busy: Notify,
+    /// When `receive` was last called, and raised when it is.
+    pub(super) last_receive: Mutex<Instant>,
+    pub(super) demand: Notify,
+    /// The last receive failure, reported by `receive` once nothing is buffered.
+    pub(super) failure: Mutex<Option<ProviderError>>,
+    pub(super) stopping: CancellationToken,
+}
+
+impl State {
+    /// Nothing asked for messages for [`PAUSE_AFTER`].
+    pub(super) fn idle(&self) -> bool {
+        self.last_receive.lock().expect("last receive").elapsed() > PAUSE_AFTER
+    }
 }
 
 /// The processing consumer of one Service Bus queue.
@@ -96,6 +114,8 @@ impl ServiceBusConsumer {
             next: AtomicU64::new(0),
             arrived: Notify::new(),
             busy: Notify::new(),
+            last_receive: Mutex::new(Instant::now()),
+            demand: Notify::new(),
             failure: Mutex::new(None),
             stopping: CancellationToken::new(),
         });
@@ -116,164 +136,36 @@ impl ServiceBusConsumer {
     }
 }
 
-/// One receiver: peek-lock while there is room; park when the subscription is empty
-/// (except the first receiver, which keeps a long poll open).
-async fn receiver(state: Arc<State>, index: u32) {
-    let mut pause = Duration::from_millis(250);
-    loop {
-        let room = tokio::select! {
-            _ = state.stopping.cancelled() => return,
-            room = state.room.clone().acquire_owned() => room.expect("never closed"),
-        };
-        let wait = if index == 0 { IDLE_WAIT } else { BUSY_WAIT };
-        let received = tokio::select! {
-            _ = state.stopping.cancelled() => return,
-            r = state.rest.peek_lock(&state.topic, &state.subscription, wait) => r,
-        };
-        match received {
-            Ok(Some(locked)) => {
-                pause = Duration::from_millis(250);
-                state.hold(locked, room);
-                if index == 0 {
-                    state.busy.notify_waiters();
-                }
-            }
-            Ok(None) => {
-                drop(room);
-                if index > 0 {
-                    tokio::select! {
-                        _ = state.stopping.cancelled() => return,
-                        _ = state.busy.notified() => {}
-                    }
-                }
-            }
-            Err(e) => {
-                drop(room);
-                *state.failure.lock().expect("failure") = Some(e);
-                state.arrived.notify_waiters();
-                tokio::select! {
-                    _ = state.stopping.cancelled() => return,
-                    _ = tokio::time::sleep(pause) => {}
-                }
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-}
-
-impl State {
-    /// Keep the lock of a received message and buffer it for `receive`.
-    fn hold(&self, locked: Locked, room: OwnedSemaphorePermit) {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let b = &locked.broker;
-        let mut headers = locked.properties;
-        if let Some(message_id) = &b.message_id {
-            headers.push(("message-id".to_string(), message_id.clone()));
-        }
-        if let Some(sequence) = b.sequence_number {
-            headers.push((
-                "servicebus-sequence-number".to_string(),
-                sequence.to_string(),
-            ));
-        }
-        if let Some(enqueued) = &b.enqueued_time_utc {
-            headers.push(("servicebus-enqueued-time-utc".to_string(), enqueued.clone()));
-        }
-        let enqueued_at_ms = b
-            .enqueued_time_utc
-            .as_deref()
-            .and_then(parse_date)
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as i64);
-        let delivery = Delivery {
-            handle: Handle::new(LockId(id)),
-            body: locked.body,
-            count: DeliveryCount::Exact(b.delivery_count.max(1)),
-            identity: None,
-            enqueued_at_ms,
-            headers,
-        };
-        self.locks.lock().expect("locks").insert(
-            id,
-            HeldLock {
-                url: locked.lock_url,
-                lock_for: locked.lock_for,
-                expires: Instant::now() + locked.lock_for,
-                lost: false,
-                settling: false,
-                completed: false,
-                _room: room,
-            },
-        );
-        self.buffer.lock().expect("buffer").push_back(delivery);
-        self.arrived.notify_waiters();
-    }
-
-    fn lock_url(&self, handle: &Handle) -> Option<(u64, String)> {
-        let id = handle.get::<LockId>()?.0;
-        let locks = self.locks.lock().expect("locks");
-        locks.get(&id).map(|l| (id, l.url.clone()))
-    }
-}
-
-/// Renew held locks at half their duration (when renewal is on) and drop the ones whose
-/// completion was attempted and that have expired since.
-async fn keep_locks(state: Arc<State>) {
-    let mut warned = false;
-    loop {
-        tokio::select! {
-            _ = state.stopping.cancelled() => {}
-            _ = tokio::time::sleep(RENEW_TICK) => {}
-        }
-        if state.stopping.is_cancelled() && state.locks.lock().expect("locks").is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        let due: Vec<(u64, String)> = {
-            let mut locks = state.locks.lock().expect("locks");
-            locks.retain(|_, l| !(l.settling && l.expires + RENEW_TICK < now));
-            if !state.renew {
-                continue;
-            }
-            locks
-                .iter()
-                .filter(|(_, l)| !l.lost && !l.settling && l.expires < now + l.lock_for / 2)
-                .map(|(id, l)| (*id, l.url.clone()))
-                .collect()
-        };
-        let renewed = join_all(
-            due.iter()
-                .map(|(_, url)| state.rest.on_lock(url, LockAction::Renew)),
-        )
-        .await;
-        let mut locks = state.locks.lock().expect("locks");
-        for ((id, _), outcome) in due.into_iter().zip(renewed) {
-            let Some(lock) = locks.get_mut(&id) else {
-                continue;
-            };
-            match outcome {
-                Ok(true) => lock.expires = now + lock.lock_for,
-                Ok(false) => lock.lost = true,
-                Err(e) if !warned => {
-                    warned = true;
-                    tracing::warn!(topic = %state.topic, "renewing message locks failed, retrying: {e}");
-                }
-                Err(_) => {}
-            }
-        }
-    }
-}
-
 #[async_trait]
 impl Consumer for ServiceBusConsumer {
     async fn receive(&self, max: u32) -> Result<Vec<Delivery>, ProviderError> {
+        *self.state.last_receive.lock().expect("last receive") = Instant::now();
+        self.state.demand.notify_waiters();
         self.start_receiving();
-        if let Some(failure) = self.state.failure.lock().expect("failure").take() {
+        let mut out = Vec::new();
+        {
+            let mut buffer = self.state.buffer.lock().expect("buffer");
+            let mut locks = self.state.locks.lock().expect("locks");
+            let now = Instant::now();
+            while out.len() < max as usize
+                && let Some(delivery) = buffer.pop_front()
+            {
+                // A lock that is gone already: the broker delivers the message again.
+                let id = delivery.handle.get::<LockId>().map_or(u64::MAX, |l| l.0);
+                match locks.get(&id) {
+                    Some(l) if !l.lost && l.expires > now => out.push(delivery),
+                    _ => {
+                        locks.remove(&id);
+                    }
+                }
+            }
+        }
+        if out.is_empty()
+            && let Some(failure) = self.state.failure.lock().expect("failure").take()
+        {
             return Err(failure);
         }
-        let mut buffer = self.state.buffer.lock().expect("buffer");
-        let n = (max as usize).min(buffer.len());
-        Ok(buffer.drain(..n).collect())
+        Ok(out)
     }
 
     async fn pushed(&self) {
@@ -330,7 +222,6 @@ impl Consumer for ServiceBusConsumer {
                     held[i] = done;
                     if let Some(l) = locks.get_mut(&id) {
                         l.completed = done;
-                        l.lost = !done;
                     }
                 }
                 Err(e) => failure = Some(e),

@@ -16,6 +16,8 @@
 mod bridge;
 mod consumer;
 mod endpoint;
+mod locks;
+mod receivers;
 mod rest;
 mod sas;
 mod settings;
@@ -27,7 +29,7 @@ use async_trait::async_trait;
 use azure_messaging_servicebus::service_bus::SettableBrokerProperties;
 
 pub use bridge::ServiceBusReadiness;
-pub use consumer::{IDLE_WAIT, MAX_RECEIVERS, ServiceBusConsumer};
+pub use consumer::{IDLE_WAIT, MAX_RECEIVERS, PAUSE_AFTER, ServiceBusConsumer};
 pub use endpoint::{Redirect, http_client};
 pub use rest::parse_date;
 pub use settings::{Connection, ServiceBusSettings};

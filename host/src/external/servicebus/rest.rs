@@ -182,8 +182,8 @@ impl Rest {
         timeout: Duration,
     ) -> Result<Option<Locked>, ProviderError> {
         let url = self.head_url(topic, subscription, timeout);
-        let received_at = SystemTime::now();
         let answer = self.call(Method::Post, &url, None, timeout).await?;
+        let received_at = SystemTime::now();
         let what = format!("receiving from subscription `{topic}/{subscription}`");
         if answer.status == StatusCode::NoContent {
             return Ok(None);

@@ -1,0 +1,122 @@
+//! The receivers of a Service Bus consumer: each keeps one peek-lock request open while the
+//! consumer has room, and turns a locked message into a buffered [`Delivery`] whose lock is
+//! held in [`State::locks`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::consumer::{BUSY_WAIT, HeldLock, IDLE_WAIT, LockId, State};
+use super::rest::{Locked, parse_date};
+use crate::external::{Delivery, DeliveryCount, Handle};
+
+/// One receiver: peek-lock while there is room; park when the subscription is empty
+/// (except the first receiver, which keeps a long poll open).
+pub(super) async fn receiver(state: Arc<State>, index: u32) {
+    let mut pause = Duration::from_millis(250);
+    loop {
+        // Nothing asked for messages lately (the handler is gone): wait until something does.
+        let demand = state.demand.notified();
+        if state.idle() {
+            tokio::select! {
+                _ = state.stopping.cancelled() => return,
+                _ = demand => continue,
+            }
+        }
+        let room = tokio::select! {
+            _ = state.stopping.cancelled() => return,
+            room = state.room.clone().acquire_owned() => room.expect("never closed"),
+        };
+        let wait = if index == 0 { IDLE_WAIT } else { BUSY_WAIT };
+        let received = tokio::select! {
+            _ = state.stopping.cancelled() => return,
+            r = state.rest.peek_lock(&state.topic, &state.subscription, wait) => r,
+        };
+        match received {
+            Ok(Some(locked)) => {
+                pause = Duration::from_millis(250);
+                state.hold(locked, room);
+                // One more receiver joins per message received: a burst ramps up to every
+                // receiver within a few round trips, a trickle wakes one.
+                state.busy.notify_one();
+            }
+            Ok(None) => {
+                drop(room);
+                if index > 0 {
+                    tokio::select! {
+                        _ = state.stopping.cancelled() => return,
+                        _ = state.busy.notified() => {}
+                    }
+                }
+            }
+            Err(e) => {
+                drop(room);
+                *state.failure.lock().expect("failure") = Some(e);
+                state.arrived.notify_waiters();
+                tokio::select! {
+                    _ = state.stopping.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+impl State {
+    /// Keep the lock of a received message and buffer it for `receive`.
+    pub(super) fn hold(&self, locked: Locked, room: OwnedSemaphorePermit) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let b = &locked.broker;
+        let mut headers = locked.properties;
+        if let Some(message_id) = &b.message_id {
+            headers.push(("message-id".to_string(), message_id.clone()));
+        }
+        if let Some(sequence) = b.sequence_number {
+            headers.push((
+                "servicebus-sequence-number".to_string(),
+                sequence.to_string(),
+            ));
+        }
+        if let Some(enqueued) = &b.enqueued_time_utc {
+            headers.push(("servicebus-enqueued-time-utc".to_string(), enqueued.clone()));
+        }
+        let enqueued_at_ms = b
+            .enqueued_time_utc
+            .as_deref()
+            .and_then(parse_date)
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as i64);
+        let delivery = Delivery {
+            handle: Handle::new(LockId(id)),
+            body: locked.body,
+            count: DeliveryCount::Exact(b.delivery_count.max(1)),
+            identity: None,
+            enqueued_at_ms,
+            headers,
+        };
+        self.locks.lock().expect("locks").insert(
+            id,
+            HeldLock {
+                url: locked.lock_url,
+                lock_for: locked.lock_for,
+                expires: Instant::now() + locked.lock_for,
+                lost: false,
+                settling: false,
+                completed: false,
+                _room: room,
+            },
+        );
+        self.buffer.lock().expect("buffer").push_back(delivery);
+        self.arrived.notify_waiters();
+    }
+
+    pub(super) fn lock_url(&self, handle: &Handle) -> Option<(u64, String)> {
+        let id = handle.get::<LockId>()?.0;
+        let locks = self.locks.lock().expect("locks");
+        locks.get(&id).map(|l| (id, l.url.clone()))
+    }
+}
