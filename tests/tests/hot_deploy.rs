@@ -10,7 +10,7 @@ use serde_json::json;
 use wharf_host::Config;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_host::runtime::{HandlerRegistry, LoadOutcome};
+use wharf_host::runtime::{DeployError, HandlerRegistry, LoadOutcome, Origin};
 use wharf_tests::{TestDir, count, messages, msg, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(30);
@@ -216,14 +216,26 @@ async fn compiled_components_are_cached_across_restarts() {
         .load_file(&path)
         .unwrap();
     assert!(
-        matches!(first, LoadOutcome::Deployed { cached: false, .. }),
+        matches!(
+            first,
+            LoadOutcome::Deployed {
+                origin: Origin::Compiled,
+                ..
+            }
+        ),
         "{first:?}"
     );
     // A new registry (a restarted host) reads the cache instead of compiling.
     let registry = HandlerRegistry::new(config).unwrap();
     let second = registry.load_file(&path).unwrap();
     assert!(
-        matches!(second, LoadOutcome::Deployed { cached: true, .. }),
+        matches!(
+            second,
+            LoadOutcome::Deployed {
+                origin: Origin::Cached,
+                ..
+            }
+        ),
         "{second:?}"
     );
     // Loading the same content again changes nothing.
@@ -231,4 +243,51 @@ async fn compiled_components_are_cached_across_restarts() {
         registry.load_file(&path).unwrap(),
         LoadOutcome::Unchanged { .. }
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_files_under_several_names_share_one_compiled_component() {
+    let dir = TestDir::new();
+    dir.deploy("versioned", "versioned-v1");
+    dir.deploy("copy", "versioned-v1");
+    dir.deploy("other", "versioned-v2");
+    let config = Arc::new(Config::load(&dir.write_config(CONFIG)).unwrap());
+    let registry = HandlerRegistry::new(config).unwrap();
+    let origin = |name: &str| match registry.load_file(&dir.handler_path(name)).unwrap() {
+        LoadOutcome::Deployed { origin, .. } => origin,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(origin("versioned"), Origin::Compiled);
+    assert_eq!(
+        origin("copy"),
+        Origin::Shared,
+        "the same bytes: not compiled again"
+    );
+    assert_eq!(
+        origin("other"),
+        Origin::Compiled,
+        "other bytes are compiled"
+    );
+    let names: Vec<String> = registry.list().iter().map(|h| h.name.to_string()).collect();
+    assert_eq!(names, ["copy", "other", "versioned"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_cap_below_the_initial_memory_is_rejected_at_deploy() {
+    let dir = TestDir::new();
+    dir.deploy("versioned", "versioned-v1");
+    let text = format!("{CONFIG}\n[handlers.versioned]\nmemory = \"64KiB\"\n");
+    let config = Arc::new(Config::load(&dir.write_config(&text)).unwrap());
+    let registry = HandlerRegistry::new(config).unwrap();
+    let error = registry
+        .load_file(&dir.handler_path("versioned"))
+        .unwrap_err();
+    assert!(matches!(error, DeployError::Memory { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains("memory cap 64.0 KiB is below the handler's initial memory")
+            && text.contains("[handlers.versioned]"),
+        "{text}"
+    );
+    assert!(registry.get("versioned").is_none(), "not deployed");
 }

@@ -20,6 +20,9 @@ pub enum Origin {
     Compiled,
     /// Read from the cache.
     Cached,
+    /// The same content already serves under another handler name: its compiled component
+    /// is shared.
+    Shared,
 }
 
 impl ComponentCache {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use notify_debouncer_mini::{DebounceEventResult, new_debouncer, notify::RecursiveMode};
 use tokio_util::sync::CancellationToken;
 
-use super::registry::{HandlerRegistry, LoadOutcome};
+use super::registry::{HandlerRegistry, LoadOutcome, Origin};
 
 /// Load every handler file in `dir` (creating `dir` if missing). Failures are logged.
 pub async fn load_all(registry: &Arc<HandlerRegistry>, dir: &Path) -> std::io::Result<usize> {
@@ -89,12 +89,17 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
         Ok(Ok(LoadOutcome::Deployed {
             name,
             hash,
-            cached,
+            origin,
             millis,
         })) => {
+            let source = match origin {
+                Origin::Compiled => "compiled",
+                Origin::Cached => "cache",
+                Origin::Shared => "shared with an identical handler",
+            };
             tracing::info!(
                 handler = %name, file = %path.display(), sha256 = &hash[..16],
-                source = if cached { "cache" } else { "compiled" }, millis,
+                source, millis,
                 "handler deployed"
             );
             true

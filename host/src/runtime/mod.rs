@@ -6,10 +6,11 @@ mod cache;
 pub mod deploy;
 mod engine;
 mod invoke;
+mod memory;
 mod output;
 mod registry;
 
 pub use bindings::{EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome};
 pub use engine::EPOCH_TICK;
 pub use invoke::{InvokeError, InvokeResult, invoke};
-pub use registry::{DeployError, Grants, HandlerRegistry, LoadOutcome, LoadedHandler};
+pub use registry::{DeployError, Grants, HandlerRegistry, LoadOutcome, LoadedHandler, Origin};

@@ -14,8 +14,10 @@ use wasmtime::Engine;
 use wasmtime::component::Linker;
 
 use super::bindings::{HandlerPre, HostState, add_to_linker};
-use super::cache::{ComponentCache, Origin};
+use super::cache::ComponentCache;
+pub use super::cache::Origin;
 use super::engine::{EpochTicker, build_engine};
+use super::memory::largest_initial_memory;
 use crate::config::{Config, Preopen, is_valid_name};
 
 /// Why a handler file was not deployed.
@@ -44,6 +46,21 @@ pub enum DeployError {
         path: PathBuf,
         /// The compiler's message.
         reason: String,
+    },
+    /// The handler's memory cap is below the memory the component starts with: it could
+    /// never be instantiated.
+    #[error(
+        "{path}: memory cap {cap} is below the handler's initial memory {initial}: raise `memory` in [handlers.{name}] (at most host.max_instance_memory)"
+    )]
+    Memory {
+        /// The file.
+        path: PathBuf,
+        /// The handler name.
+        name: String,
+        /// The cap (`[handlers.NAME] memory` or `host.instance_memory`).
+        cap: ByteSize,
+        /// The largest initial memory of the component.
+        initial: ByteSize,
     },
     /// The component does not fit the `wharf:handler/handler` world.
     #[error("{path}: does not match the wharf:handler/handler world: {reason}")]
@@ -96,8 +113,8 @@ pub enum LoadOutcome {
         name: String,
         /// Content hash.
         hash: String,
-        /// Whether it came from the compiled cache.
-        cached: bool,
+        /// Where the compiled component came from.
+        origin: Origin,
         /// Milliseconds spent compiling or reading the cache.
         millis: u128,
     },
@@ -182,23 +199,23 @@ impl HandlerRegistry {
         if self.get(&name).is_some_and(|h| h.hash == hash) {
             return Ok(LoadOutcome::Unchanged { name });
         }
+        let cap = self.config.handler_memory(&name);
+        if let Some(initial) = largest_initial_memory(&bytes)
+            && initial > cap.as_u64()
+        {
+            return Err(DeployError::Memory {
+                path: path.to_path_buf(),
+                name,
+                cap,
+                initial: ByteSize::b(initial),
+            });
+        }
         let started = Instant::now();
-        let (component, origin) =
-            self.cache
-                .load(&self.engine, &hash, &bytes)
-                .map_err(|e| DeployError::Compile {
-                    path: path.to_path_buf(),
-                    reason: format!("{e:#}"),
-                })?;
-        let world_error = |e: wasmtime::Error| DeployError::World {
-            path: path.to_path_buf(),
-            reason: format!("{e:#}"),
+        let (pre, origin) = match self.serving_with(&hash) {
+            // Byte-identical files under several names share one compiled component.
+            Some(pre) => (pre, Origin::Shared),
+            None => self.compile(path, &hash, &bytes)?,
         };
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(world_error)?;
-        let pre = HandlerPre::new(instance_pre).map_err(world_error)?;
         let millis = started.elapsed().as_millis();
 
         let settings = self.config.handler(&name);
@@ -215,7 +232,7 @@ impl HandlerRegistry {
             hash: hash.clone(),
             size: bytes.len() as u64,
             loaded_at: SystemTime::now(),
-            memory_limit: self.config.handler_memory(&name),
+            memory_limit: cap,
             grants: Grants {
                 env,
                 preopens: settings.preopens.clone(),
@@ -233,9 +250,44 @@ impl HandlerRegistry {
         Ok(LoadOutcome::Deployed {
             name,
             hash,
-            cached: origin == Origin::Cached,
+            origin,
             millis,
         })
+    }
+
+    /// The compiled component of a serving handler whose file has content `hash`.
+    fn serving_with(&self, hash: &str) -> Option<HandlerPre<HostState>> {
+        self.handlers
+            .load()
+            .values()
+            .find(|h| h.hash == hash)
+            .map(|h| h.pre.clone())
+    }
+
+    /// Compile `bytes` (or read the compiled cache) and link it to the handler world.
+    fn compile(
+        &self,
+        path: &Path,
+        hash: &str,
+        bytes: &[u8],
+    ) -> Result<(HandlerPre<HostState>, Origin), DeployError> {
+        let (component, origin) =
+            self.cache
+                .load(&self.engine, hash, bytes)
+                .map_err(|e| DeployError::Compile {
+                    path: path.to_path_buf(),
+                    reason: format!("{e:#}"),
+                })?;
+        let world_error = |e: wasmtime::Error| DeployError::World {
+            path: path.to_path_buf(),
+            reason: format!("{e:#}"),
+        };
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(world_error)?;
+        let pre = HandlerPre::new(instance_pre).map_err(world_error)?;
+        Ok((pre, origin))
     }
 
     /// Stop serving a handler (its file was removed). Returns whether it was serving.
