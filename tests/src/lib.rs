@@ -17,6 +17,38 @@ pub fn guests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-handlers/target/wasm32-wasip2/release")
 }
 
+/// A language handlers are written in (fixtures of the same name behave the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    /// `sample-handlers/fixtures/NAME` (Rust).
+    Rust,
+    /// `sample-handlers/js/fixtures/NAME.js` (QuickJS through jco).
+    Js,
+    /// `sample-handlers/python/fixtures/NAME/app.py` (componentize-py).
+    Python,
+}
+
+impl Lang {
+    /// The built component of fixture `name` in this language.
+    pub fn guest(self, name: &str) -> PathBuf {
+        let dir = match self {
+            Lang::Rust => return guest(name),
+            Lang::Js => "js",
+            Lang::Python => "python",
+        };
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../sample-handlers/target")
+            .join(dir)
+            .join(format!("{name}.wasm"));
+        assert!(
+            path.exists(),
+            "{} is missing: build the guests first (`cargo xtask guests` needs Node and Python for these)",
+            path.display()
+        );
+        path
+    }
+}
+
 /// The built component of a sample or fixture crate (`flaky`, `order_export`, …).
 pub fn guest(crate_name: &str) -> PathBuf {
     let path = guests_dir().join(format!("{}.wasm", crate_name.replace('-', "_")));
@@ -69,6 +101,14 @@ impl TestDir {
         self.deploy_bytes(
             name,
             &std::fs::read(guest(crate_name)).expect("reading guest"),
+        );
+    }
+
+    /// Deploy fixture `fixture` written in `lang` as handler `name`, atomically.
+    pub fn deploy_in(&self, name: &str, lang: Lang, fixture: &str) {
+        self.deploy_bytes(
+            name,
+            &std::fs::read(lang.guest(fixture)).expect("reading guest"),
         );
     }
 

@@ -1,4 +1,5 @@
-//! A guest that traps, loops forever or allocates without bound is contained: the attempt
+//! A guest that traps (in Rust, JavaScript or Python), loops forever or allocates without
+//! bound is contained: the attempt
 //! fails transiently, the message is retried then failed, and other messages keep flowing.
 
 use std::time::Duration;
@@ -6,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{TestDir, count, msg, wait_for, wait_status};
+use wharf_tests::{Lang, TestDir, count, msg, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -32,8 +33,12 @@ concurrency = 4
 }
 
 async fn contained(handler: &str, expected_error: &str) {
+    contained_in(Lang::Rust, handler, expected_error).await
+}
+
+async fn contained_in(lang: Lang, handler: &str, expected_error: &str) {
     let dir = TestDir::new();
-    dir.deploy(handler, handler);
+    dir.deploy_in(handler, lang, handler);
     dir.deploy("noop", "noop");
     let host = dir.start(&config(handler)).await;
     let bad = host
@@ -71,6 +76,16 @@ async fn contained(handler: &str, expected_error: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trap_is_contained() {
     contained("trap", "handler trapped").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_trap_is_contained() {
+    contained_in(Lang::Js, "trap", "handler trapped").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_trap_is_contained() {
+    contained_in(Lang::Python, "trap", "handler trapped").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

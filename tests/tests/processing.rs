@@ -1,11 +1,12 @@
-//! Messages flow from enqueue through a Rust guest to their final status on SQLite.
+//! Messages flow from enqueue through a guest to their final status on SQLite. The outcome
+//! cases run against the same fixture written in Rust, JavaScript and Python.
 
 use std::time::Duration;
 
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::{NewMessage, Status};
-use wharf_tests::{TestDir, messages, msg, wait_for, wait_status};
+use wharf_tests::{Lang, TestDir, messages, msg, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -20,10 +21,9 @@ max_backoff = "50ms"
 handler = "not-deployed"
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueued_message_is_processed_by_the_guest() {
+async fn enqueued_message_is_processed_by_the_guest(lang: Lang) {
     let dir = TestDir::new();
-    dir.deploy("flaky", "flaky");
+    dir.deploy_in("flaky", lang, "flaky");
     let host = dir.start(FLAKY).await;
     let done = host
         .router
@@ -53,10 +53,9 @@ async fn enqueued_message_is_processed_by_the_guest() {
     host.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transient_errors_are_retried_then_succeed() {
+async fn transient_errors_are_retried_then_succeed(lang: Lang) {
     let dir = TestDir::new();
-    dir.deploy("flaky", "flaky");
+    dir.deploy_in("flaky", lang, "flaky");
     let host = dir.start(FLAKY).await;
     let done = host
         .router
@@ -73,10 +72,9 @@ async fn transient_errors_are_retried_then_succeed() {
     host.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn transient_errors_fail_after_max_attempts() {
+async fn transient_errors_fail_after_max_attempts(lang: Lang) {
     let dir = TestDir::new();
-    dir.deploy("flaky", "flaky");
+    dir.deploy_in("flaky", lang, "flaky");
     let host = dir.start(FLAKY).await;
     let done = host
         .router
@@ -93,10 +91,9 @@ async fn transient_errors_fail_after_max_attempts() {
     host.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permanent_error_fails_at_once_with_its_text() {
+async fn permanent_error_fails_at_once_with_its_text(lang: Lang) {
     let dir = TestDir::new();
-    dir.deploy("flaky", "flaky");
+    dir.deploy_in("flaky", lang, "flaky");
     let host = dir.start(FLAKY).await;
     let done = host
         .router
@@ -112,10 +109,9 @@ async fn permanent_error_fails_at_once_with_its_text() {
     host.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_after_runs_the_message_again_later() {
+async fn retry_after_runs_the_message_again_later(lang: Lang) {
     let dir = TestDir::new();
-    dir.deploy("flaky", "flaky");
+    dir.deploy_in("flaky", lang, "flaky");
     let host = dir.start(FLAKY).await;
     let done = host
         .router
@@ -132,6 +128,32 @@ async fn retry_after_runs_the_message_again_later() {
     assert!(m.processed_at_ms.unwrap() >= slept.process_at_ms);
     host.shutdown().await;
 }
+
+/// The outcome cases, once per language.
+macro_rules! in_every_language {
+    ($($case:ident),* $(,)?) => {
+        mod rust {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(wharf_tests::Lang::Rust).await })*
+        }
+        mod js {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(wharf_tests::Lang::Js).await })*
+        }
+        mod python {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(wharf_tests::Lang::Python).await })*
+        }
+    };
+}
+
+in_every_language!(
+    enqueued_message_is_processed_by_the_guest,
+    transient_errors_are_retried_then_succeed,
+    transient_errors_fail_after_max_attempts,
+    permanent_error_fails_at_once_with_its_text,
+    retry_after_runs_the_message_again_later,
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_up_enqueued_by_a_guest_lands_in_its_queue() {

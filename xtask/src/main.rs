@@ -4,6 +4,7 @@
 //! works the same on a fresh machine and in CI.
 
 mod demo;
+mod polyglot;
 mod services;
 mod tools;
 

@@ -60,12 +60,15 @@ pub fn ensure_nextest() -> Result<()> {
     run(cargo(&["install", "cargo-nextest", "--locked"]))
 }
 
-/// Build every sample and fixture handler (release, wasm32-wasip2).
+/// Build every sample and fixture handler: Rust (release, wasm32-wasip2), JavaScript and
+/// Python.
 pub fn build_guests() -> Result<()> {
     ensure_wasm_target()?;
     let mut cmd = cargo(&["build", "--release", "--target", "wasm32-wasip2"]);
     cmd.current_dir(root().join("sample-handlers"));
-    run(cmd)
+    run(cmd)?;
+    crate::polyglot::build_js()?;
+    crate::polyglot::build_python()
 }
 
 /// Where a built guest is.

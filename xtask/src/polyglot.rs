@@ -1,0 +1,169 @@
+//! Handlers in JavaScript and Python, built offline and reproducibly:
+//!
+//! - JavaScript: `npm ci` in `sample-handlers/js` from its committed lockfile, then
+//!   `jco componentize … --backend qjs --backend-qjs-disable-async` (QuickJS, synchronous:
+//!   no component-model async needed) for each `sample-handlers/js/fixtures/NAME.js`;
+//! - Python: `componentize-py`, pinned in `sample-handlers/python/requirements.txt`,
+//!   installed in a venv under `target/tools/componentize-py`, for each
+//!   `sample-handlers/python/fixtures/NAME/app.py`.
+//!
+//! Components go to `sample-handlers/target/js/NAME.wasm` and
+//! `sample-handlers/target/python/NAME.wasm`; one is rebuilt only when its source, the WIT
+//! or the toolchain pin is newer. Without Node (or Python) that language is skipped with a
+//! message — except under CI (`CI` set), where a missing toolchain is an error.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result, bail};
+
+use crate::tools::{root, run};
+
+/// Where the components of `lang` (`js`, `python`) are written.
+fn out_dir(lang: &str) -> PathBuf {
+    root().join("sample-handlers/target").join(lang)
+}
+
+fn wit() -> PathBuf {
+    root().join("wit/handler.wit")
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// Whether `output` is older than any of `inputs` (or missing).
+fn stale(output: &Path, inputs: &[PathBuf]) -> bool {
+    let Some(built) = modified(output) else {
+        return true;
+    };
+    inputs.iter().any(|i| modified(i).is_none_or(|m| m > built))
+}
+
+fn available(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Skip a language whose toolchain is missing, or fail under CI.
+fn missing(program: &str, lang: &str) -> Result<()> {
+    if std::env::var_os("CI").is_some() {
+        bail!(
+            "`{program}` is not installed: the {lang} handlers cannot be built (required under CI)"
+        );
+    }
+    eprintln!(
+        "xtask: `{program}` is not installed: skipping the {lang} handlers (their tests fail until they are built)"
+    );
+    Ok(())
+}
+
+/// The sources under `dir` that are `NAME.js` files or `NAME/app.py` folders.
+fn fixtures(dir: &Path, python: bool) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        let source = if python {
+            path.join("app.py")
+        } else {
+            path.clone()
+        };
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default();
+        let wanted = if python {
+            source.exists()
+        } else {
+            path.extension().is_some_and(|e| e == "js")
+        };
+        if wanted {
+            out.push((name.to_string(), source));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Build the JavaScript handlers.
+pub fn build_js() -> Result<()> {
+    if !available("node") || !available("npm") {
+        return missing("node", "JavaScript");
+    }
+    let project = root().join("sample-handlers/js");
+    let lock = project.join("package-lock.json");
+    if stale(
+        &project.join("node_modules/.package-lock.json"),
+        &[lock.clone()],
+    ) {
+        let mut ci = Command::new("npm");
+        ci.args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&project);
+        run(ci)?;
+    }
+    let out = out_dir("js");
+    std::fs::create_dir_all(&out)?;
+    for (name, source) in fixtures(&project.join("fixtures"), false)? {
+        let target = out.join(format!("{name}.wasm"));
+        if !stale(&target, &[source.clone(), wit(), lock.clone()]) {
+            continue;
+        }
+        let mut jco = Command::new(project.join("node_modules/.bin/jco"));
+        jco.arg("componentize")
+            .arg(&source)
+            .arg("--wit")
+            .arg(wit())
+            .args(["--world-name", "handler"])
+            .args(["--backend", "qjs", "--backend-qjs-disable-async"])
+            .arg("-o")
+            .arg(&target)
+            .current_dir(&project);
+        run(jco)?;
+    }
+    Ok(())
+}
+
+/// Build the Python handlers.
+pub fn build_python() -> Result<()> {
+    if !available("python3") {
+        return missing("python3", "Python");
+    }
+    let requirements = root().join("sample-handlers/python/requirements.txt");
+    let venv = root().join("target/tools/componentize-py");
+    let tool = venv.join("bin/componentize-py");
+    let pinned = venv.join("pinned.txt");
+    if stale(&pinned, &[requirements.clone()]) || !tool.exists() {
+        let mut create = Command::new("python3");
+        create.args(["-m", "venv"]).arg(&venv);
+        run(create)?;
+        let mut install = Command::new(venv.join("bin/pip"));
+        install
+            .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&requirements);
+        run(install)?;
+        std::fs::copy(&requirements, &pinned)?;
+    }
+    let out = out_dir("python");
+    std::fs::create_dir_all(&out)?;
+    let fixtures_dir = root().join("sample-handlers/python/fixtures");
+    for (name, source) in fixtures(&fixtures_dir, true)? {
+        let target = out.join(format!("{name}.wasm"));
+        if !stale(&target, &[source.clone(), wit(), requirements.clone()]) {
+            continue;
+        }
+        let mut build = Command::new(&tool);
+        build
+            .arg("-d")
+            .arg(wit())
+            .args(["-w", "handler", "componentize", "app", "-o"])
+            .arg(&target)
+            .current_dir(source.parent().expect("NAME/app.py"));
+        run(build)?;
+    }
+    Ok(())
+}
