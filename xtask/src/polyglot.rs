@@ -99,7 +99,7 @@ pub fn build_js() -> Result<()> {
     let lock = project.join("package-lock.json");
     if stale(
         &project.join("node_modules/.package-lock.json"),
-        &[lock.clone()],
+        std::slice::from_ref(&lock),
     ) {
         let mut ci = Command::new("npm");
         ci.args(["ci", "--no-audit", "--no-fund"])
@@ -137,7 +137,7 @@ pub fn build_python() -> Result<()> {
     let venv = root().join("target/tools/componentize-py");
     let tool = venv.join("bin/componentize-py");
     let pinned = venv.join("pinned.txt");
-    if stale(&pinned, &[requirements.clone()]) || !tool.exists() {
+    if stale(&pinned, std::slice::from_ref(&requirements)) || !tool.exists() {
         let mut create = Command::new("python3");
         create.args(["-m", "venv"]).arg(&venv);
         run(create)?;
