@@ -153,12 +153,12 @@ in_every_language!(
     transient_errors_fail_after_max_attempts,
     permanent_error_fails_at_once_with_its_text,
     retry_after_runs_the_message_again_later,
+    follow_up_enqueued_by_a_guest_lands_in_its_queue,
 );
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn follow_up_enqueued_by_a_guest_lands_in_its_queue() {
+async fn follow_up_enqueued_by_a_guest_lands_in_its_queue(lang: Lang) {
     let dir = TestDir::new();
-    dir.deploy("order-export", "order-export");
+    dir.deploy_in("order-export", lang, "order-export");
     let host = dir
         .start("[queues.orders]\nhandler = \"order-export\"\n\n[queues.notifications]\nhandler = \"not-deployed\"\n")
         .await;
@@ -170,7 +170,21 @@ async fn follow_up_enqueued_by_a_guest_lands_in_its_queue() {
     assert_eq!(notes[0].status, Status::Pending);
     let note: serde_json::Value = serde_json::from_str(&notes[0].payload).unwrap();
     assert_eq!(note["order_id"], "A-17");
-    assert_eq!(note["exported_by"], "order-export v1");
+    assert!(
+        note["exported_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("order-export v1"),
+        "{note}"
+    );
+    // An order with a zero total fails at once, with the handler's words.
+    let empty = json!({"order_id": "A-0", "customer": "Ada", "total_cents": 0});
+    let failed = host.router.enqueue("orders", msg(empty)).await.unwrap();
+    let m = wait_status(&host, failed.key, Status::Failed, T).await;
+    assert_eq!(
+        (m.attempts, m.last_error.as_deref()),
+        (1, Some("permanent error: order A-0 has a zero total"))
+    );
     host.shutdown().await;
 }
 

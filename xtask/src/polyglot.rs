@@ -2,10 +2,11 @@
 //!
 //! - JavaScript: `npm ci` in `sample-handlers/js` from its committed lockfile, then
 //!   `jco componentize … --backend qjs --backend-qjs-disable-async` (QuickJS, synchronous:
-//!   no component-model async needed) for each `sample-handlers/js/fixtures/NAME.js`;
+//!   no component-model async needed) for each `NAME.js` in `sample-handlers/js` and its
+//!   `fixtures/`;
 //! - Python: `componentize-py`, pinned in `sample-handlers/python/requirements.txt`,
-//!   installed in a venv under `target/tools/componentize-py`, for each
-//!   `sample-handlers/python/fixtures/NAME/app.py`.
+//!   installed in a venv under `target/tools/componentize-py`, for each `NAME/app.py` in
+//!   `sample-handlers/python` and its `fixtures/`.
 //!
 //! Components go to `sample-handlers/target/js/NAME.wasm` and
 //! `sample-handlers/target/python/NAME.wasm`; one is rebuilt only when its source, the WIT
@@ -63,6 +64,13 @@ fn missing(program: &str, lang: &str) -> Result<()> {
     Ok(())
 }
 
+/// The handlers of a language folder: its own and those of its `fixtures/`.
+fn sources(dir: &Path, python: bool) -> Result<Vec<(String, PathBuf)>> {
+    let mut all = fixtures(dir, python)?;
+    all.extend(fixtures(&dir.join("fixtures"), python)?);
+    Ok(all)
+}
+
 /// The sources under `dir` that are `NAME.js` files or `NAME/app.py` folders.
 fn fixtures(dir: &Path, python: bool) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
@@ -108,7 +116,7 @@ pub fn build_js() -> Result<()> {
     }
     let out = out_dir("js");
     std::fs::create_dir_all(&out)?;
-    for (name, source) in fixtures(&project.join("fixtures"), false)? {
+    for (name, source) in sources(&project, false)? {
         let target = out.join(format!("{name}.wasm"));
         if !stale(&target, &[source.clone(), wit(), lock.clone()]) {
             continue;
@@ -150,8 +158,7 @@ pub fn build_python() -> Result<()> {
     }
     let out = out_dir("python");
     std::fs::create_dir_all(&out)?;
-    let fixtures_dir = root().join("sample-handlers/python/fixtures");
-    for (name, source) in fixtures(&fixtures_dir, true)? {
+    for (name, source) in sources(&root().join("sample-handlers/python"), true)? {
         let target = out.join(format!("{name}.wasm"));
         if !stale(&target, &[source.clone(), wit(), requirements.clone()]) {
             continue;

@@ -1,4 +1,6 @@
-//! Sample handler: parses an order, logs it, and enqueues a follow-up notification.
+//! Sample handler: parses an order, logs it, and enqueues a follow-up notification; an
+//! order with a zero total fails permanently. The same handler exists in JavaScript
+//! (`sample-handlers/js/order-export.js`) and Python (`sample-handlers/python/order-export`).
 
 use serde::{Deserialize, Serialize};
 use wharf_guest::{Handler, HandlerError, Message, Outcome, export_handler, log};
@@ -26,6 +28,12 @@ impl Handler for OrderExport {
 
     fn handle(message: Message<Order>) -> Result<Outcome, HandlerError> {
         let order = &message.payload;
+        if order.total_cents == 0 {
+            return Err(HandlerError::permanent(format!(
+                "order {} has a zero total",
+                order.order_id
+            )));
+        }
         log::info(&format!(
             "v1 exporting order {} for {} ({}.{:02})",
             order.order_id,
