@@ -129,6 +129,24 @@ async fn retry_after_runs_the_message_again_later(lang: Lang) {
     host.shutdown().await;
 }
 
+async fn a_refused_enqueue_reaches_the_guest_with_its_reason(lang: Lang) {
+    let dir = TestDir::new();
+    dir.deploy_in("flaky", lang, "flaky");
+    let host = dir.start(FLAKY).await;
+    let done = host
+        .router
+        .enqueue("work", msg(json!({"reply_to": "nope"})))
+        .await
+        .unwrap();
+    let m = wait_status(&host, done.key, Status::Failed, T).await;
+    let error = m.last_error.unwrap();
+    assert!(
+        error.starts_with("transient error:") && error.contains("unknown queue `nope`"),
+        "{error}"
+    );
+    host.shutdown().await;
+}
+
 /// The outcome cases, once per language.
 macro_rules! in_every_language {
     ($($case:ident),* $(,)?) => {
@@ -154,6 +172,7 @@ in_every_language!(
     permanent_error_fails_at_once_with_its_text,
     retry_after_runs_the_message_again_later,
     follow_up_enqueued_by_a_guest_lands_in_its_queue,
+    a_refused_enqueue_reaches_the_guest_with_its_reason,
 );
 
 async fn follow_up_enqueued_by_a_guest_lands_in_its_queue(lang: Lang) {
