@@ -1,4 +1,5 @@
-//! `wharf handlers list`: asks the running host's admin API which versions are serving.
+//! `wharf handlers list`: asks the running host's admin API which versions are serving;
+//! `wharf handlers new`: writes a handler project (see [`super::scaffold`]).
 
 use std::process::ExitCode;
 
@@ -6,6 +7,7 @@ use anyhow::Context;
 use clap::Subcommand;
 
 use super::format::{print_json, table};
+use super::scaffold::{Lang, build_command, write_project};
 use super::{Cli, load_config};
 use crate::admin::HandlerInfo;
 
@@ -14,11 +16,32 @@ use crate::admin::HandlerInfo;
 pub enum HandlersCommand {
     /// List the deployed handlers: name, file, content hash, loaded at.
     List,
+    /// Write a new handler project that builds with one command.
+    New {
+        /// Handler name (also the project folder and the component's file name).
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: Lang,
+        /// Where to write it (default: `./NAME`).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 /// Run a handlers subcommand.
 pub async fn run(cli: &Cli, cmd: &HandlersCommand) -> anyhow::Result<ExitCode> {
-    let HandlersCommand::List = cmd;
+    if let HandlersCommand::New { name, lang, dir } = cmd {
+        let dir = dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from(name));
+        let project = write_project(name, *lang, &dir)?;
+        let (build, output) = build_command(*lang, name);
+        println!("wrote {}", project.display());
+        println!("build: cd {} && {build}", project.display());
+        println!("then deploy {output} as handlers/{name}.wasm");
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = load_config(&cli.config)?;
     let url = format!("http://{}/handlers", config.host.admin_listen);
     let body = tokio::task::spawn_blocking({

@@ -6,6 +6,7 @@ mod format;
 mod handlers;
 mod messages;
 mod run;
+mod scaffold;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
