@@ -1,4 +1,6 @@
-//! Per-message cost of a fresh instance plus one `handle` call of a no-op guest.
+//! Per-message cost of a fresh instance plus one `handle` call: the no-op Rust guest, and
+//! the `flaky` fixture (with an empty payload it parses the JSON and completes) in Rust,
+//! JavaScript (jco, QuickJS) and Python (componentize-py).
 
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
@@ -26,46 +28,61 @@ impl Enqueuer for NoEnqueue {
 }
 
 fn bench(c: &mut Criterion) {
-    let guest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../sample-handlers/target/wasm32-wasip2/release/noop.wasm");
-    assert!(guest.exists(), "build the guests first: cargo xtask guests");
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-handlers/target");
+    let guests = [
+        ("no-op guest", built.join("wasm32-wasip2/release/noop.wasm")),
+        (
+            "flaky, Rust",
+            built.join("wasm32-wasip2/release/flaky.wasm"),
+        ),
+        ("flaky, JavaScript (QuickJS)", built.join("js/flaky.wasm")),
+        ("flaky, Python", built.join("python/flaky.wasm")),
+    ];
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::empty(dir.path().join("wharf.toml"));
     config.host.cache_dir = dir.path().join("cache");
     let registry = HandlerRegistry::new(Arc::new(config)).unwrap();
     let handlers = dir.path().join("handlers");
     std::fs::create_dir_all(&handlers).unwrap();
-    std::fs::copy(&guest, handlers.join("noop.wasm")).unwrap();
-    registry.load_file(&handlers.join("noop.wasm")).unwrap();
-    let handler = registry.get("noop").unwrap();
     let enqueuer: Arc<dyn Enqueuer> = Arc::new(NoEnqueue);
-    let message = Message {
-        queue: "bench".into(),
-        id: Some("order-1".into()),
-        delivery_id: "0123456789abcdef".into(),
-        payload: r#"{"order_id":"A-1","customer":"Ada","total_cents":1999}"#.into(),
-        priority: 0,
-        attempt: 1,
-        max_attempts: 5,
-        enqueued_at_ms: 0,
-        headers: vec![],
-    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    c.bench_function("fresh instance + handle (no-op guest)", |b| {
-        b.to_async(&rt).iter(|| async {
-            let out = invoke(
-                &handler,
-                message.clone(),
-                Duration::from_secs(10),
-                enqueuer.clone(),
-            )
-            .await;
-            assert!(matches!(out, Ok(Ok(_))), "{out:?}");
-        })
-    });
+    for (i, (label, guest)) in guests.iter().enumerate() {
+        assert!(
+            guest.exists(),
+            "build the guests first: cargo xtask guests ({})",
+            guest.display()
+        );
+        let file = handlers.join(format!("guest{i}.wasm"));
+        std::fs::copy(guest, &file).unwrap();
+        registry.load_file(&file).unwrap();
+        let handler = registry.get(&format!("guest{i}")).unwrap();
+        let message = Message {
+            queue: "bench".into(),
+            id: Some("order-1".into()),
+            delivery_id: "0123456789abcdef".into(),
+            payload: "{}".into(),
+            priority: 0,
+            attempt: 1,
+            max_attempts: 5,
+            enqueued_at_ms: 0,
+            headers: vec![],
+        };
+        c.bench_function(&format!("fresh instance + handle ({label})"), |b| {
+            b.to_async(&rt).iter(|| async {
+                let out = invoke(
+                    &handler,
+                    message.clone(),
+                    Duration::from_secs(10),
+                    enqueuer.clone(),
+                )
+                .await;
+                assert!(matches!(out, Ok(Ok(_))), "{out:?}");
+            })
+        });
+    }
 }
 
 criterion_group!(benches, bench);
