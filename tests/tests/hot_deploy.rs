@@ -11,7 +11,7 @@ use wharf_host::Config;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
 use wharf_host::runtime::{DeployError, HandlerRegistry, LoadOutcome, Origin};
-use wharf_tests::{TestDir, count, messages, msg, wait_for, wait_status};
+use wharf_tests::{Lang, TestDir, count, messages, msg, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -38,22 +38,48 @@ async fn reports(host: &wharf_host::RunningHost) -> BTreeMap<u64, Vec<u64>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replacing_a_handler_under_load_loses_nothing_and_switches_version() {
+    replacing_under_load(Lang::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_a_javascript_handler_under_load() {
+    replacing_under_load(Lang::Js).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_a_python_handler_under_load() {
+    replacing_under_load(Lang::Python).await;
+}
+
+/// Version 1 serves a steady stream; version 2 replaces it midway: nothing is lost or run
+/// twice, both versions served, and what comes after the swap runs on version 2.
+async fn replacing_under_load(lang: Lang) {
     let dir = TestDir::new();
-    dir.deploy("versioned", "versioned-v1");
+    dir.deploy_in("versioned", lang, "versioned-v1");
     let host = Arc::new(dir.start(CONFIG).await);
-    const N: u64 = 600;
+    // The producer runs until version 2 serves (compiling it takes from milliseconds to
+    // seconds by language), then sends 100 more: it returns how many it sent.
+    let swapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let producer = {
         let host = host.clone();
+        let swapped = swapped.clone();
         tokio::spawn(async move {
-            for n in 0..N {
+            let mut after_swap = 0;
+            let mut n: u64 = 0;
+            while after_swap < 100 && n < 100_000 {
                 host.router
                     .enqueue("work", msg(json!({"n": n, "reply_to": "reports"})))
                     .await
                     .unwrap();
-                if n % 20 == 0 {
+                n += 1;
+                if swapped.load(std::sync::atomic::Ordering::SeqCst) {
+                    after_swap += 1;
+                }
+                if n.is_multiple_of(20) {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
+            n
         })
     };
     // Swap while the producer is running.
@@ -62,18 +88,19 @@ async fn replacing_a_handler_under_load_loses_nothing_and_switches_version() {
     })
     .await;
     let old_hash = host.registry.get("versioned").unwrap().hash.clone();
-    dir.deploy("versioned", "versioned-v2");
+    dir.deploy_in("versioned", lang, "versioned-v2");
     wait_for(T, "v2 to be serving", || async {
         (host.registry.get("versioned").unwrap().hash != old_hash).then_some(())
     })
     .await;
-    producer.await.unwrap();
+    swapped.store(true, std::sync::atomic::Ordering::SeqCst);
+    let n_total = producer.await.unwrap();
     wait_for(T, "every message processed", || async {
-        (count(&host, "work", Status::Processed).await == N).then_some(())
+        (count(&host, "work", Status::Processed).await == n_total).then_some(())
     })
     .await;
     let by_n = reports(&host).await;
-    assert_eq!(by_n.len() as u64, N, "every message reported");
+    assert_eq!(by_n.len() as u64, n_total, "every message reported");
     assert!(
         by_n.values().all(|v| v.len() == 1),
         "no message handled twice"
@@ -84,11 +111,11 @@ async fn replacing_a_handler_under_load_loses_nothing_and_switches_version() {
     // After the swap every newly enqueued message is handled by v2.
     let late = host
         .router
-        .enqueue("work", msg(json!({"n": N, "reply_to": "reports"})))
+        .enqueue("work", msg(json!({"n": n_total, "reply_to": "reports"})))
         .await
         .unwrap();
     wait_status(&host, late.key, Status::Processed, T).await;
-    assert_eq!(reports(&host).await[&N], vec![2]);
+    assert_eq!(reports(&host).await[&n_total], vec![2]);
     Arc::try_unwrap(host)
         .ok()
         .expect("sole owner")
