@@ -17,6 +17,14 @@ pub fn guests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-handlers/target/wasm32-wasip2/release")
 }
 
+/// An external-storage envelope body for `payload` with MessageId `id` (priority 0), as a
+/// producer would publish it.
+pub fn envelope_body(payload: serde_json::Value, id: Option<&str>) -> Vec<u8> {
+    wharf_host::external::Envelope::new(payload.to_string(), id.map(str::to_string), 0)
+        .to_json()
+        .into_bytes()
+}
+
 /// A language handlers are written in (fixtures of the same name behave the same).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lang {

@@ -11,9 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 use wharf_host::RunningHost;
 use wharf_host::enqueue::Enqueuer;
-use wharf_host::external::Envelope;
 use wharf_tests::servicebus::{ContractServer, send_direct};
-use wharf_tests::{TestDir, messages, msg, replies, wait_for};
+use wharf_tests::{TestDir, envelope_body, messages, msg, replies, wait_for};
 
 const T: Duration = Duration::from_secs(60);
 const KEY_NAME: &str = "RootManageSharedAccessKey";
@@ -57,12 +56,6 @@ async fn start(text: &str) -> (TestDir, RunningHost) {
     dir.deploy("flaky", "flaky");
     let host = dir.start(text).await;
     (dir, host)
-}
-
-fn body(payload: serde_json::Value, id: Option<&str>) -> Vec<u8> {
-    Envelope::new(payload.to_string(), id.map(str::to_string), 0)
-        .to_json()
-        .into_bytes()
 }
 
 async fn readiness(host: &RunningHost) -> (bool, String) {
@@ -114,7 +107,7 @@ async fn a_lost_lock_refuses_the_settlement_and_the_inbox_skips_the_redelivery()
         "concurrency = 1\ninbox = { store = \"sql\" }",
     ))
     .await;
-    let message = body(
+    let message = envelope_body(
         json!({"sleep_ms": 1500, "reply_to": "replies", "n": 7}),
         Some("lost-1"),
     );
@@ -299,7 +292,7 @@ async fn a_missing_subscription_is_named_on_the_health_check() {
 async fn broker_and_custom_properties_reach_the_guest() {
     let server = server().await;
     let (_dir, host) = start(&config(&server.endpoint(), KEY, "", "")).await;
-    let message = body(json!({"reply_to": "replies", "n": 3}), Some("props-1"));
+    let message = envelope_body(json!({"reply_to": "replies", "n": 3}), Some("props-1"));
     let status = send_direct(
         &server.endpoint(),
         "shop",

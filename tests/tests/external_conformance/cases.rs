@@ -8,7 +8,9 @@ use wharf_host::config::Config;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::external::Envelope;
 use wharf_host::queue::{NewMessage, Selector, Status, now_ms};
-use wharf_tests::{PgSchema, TestDir, messages, msg, replies, spawn_wharf, wait_for};
+use wharf_tests::{
+    PgSchema, TestDir, envelope_body, messages, msg, replies, spawn_wharf, wait_for,
+};
 
 use crate::{Harness, capabilities, open};
 
@@ -48,12 +50,6 @@ async fn start<H: Harness>(h: &H, queue_extra: &str) -> (TestDir, RunningHost) {
     (dir, host)
 }
 
-fn body(payload: serde_json::Value, id: Option<&str>) -> Vec<u8> {
-    Envelope::new(payload.to_string(), id.map(str::to_string), 0)
-        .to_json()
-        .into_bytes()
-}
-
 async fn readiness(host: &RunningHost) -> (bool, String) {
     let (_, checks) = host.health.report().await;
     let check = &checks["external_queue_readiness_main"];
@@ -83,7 +79,7 @@ pub async fn a_direct_producer_is_processed<H: Harness>() {
         let id = format!("order-{n}");
         h.produce_direct(
             "export_order",
-            &body(json!({"reply_to": "replies", "n": n}), Some(&id)),
+            &envelope_body(json!({"reply_to": "replies", "n": n}), Some(&id)),
         )
         .await;
     }
@@ -266,7 +262,7 @@ pub async fn a_poison_message_ends_failed_after_max_attempts<H: Harness>() {
     std::fs::write(dir.path("wharf.toml"), text).unwrap();
     let provider = open(&h).await;
     provider.prepare(&["stuck".to_string()]).await.unwrap();
-    h.produce_direct("stuck", &body(json!({"n": 1}), Some("poison-1")))
+    h.produce_direct("stuck", &envelope_body(json!({"n": 1}), Some("poison-1")))
         .await;
     let store = wharf_host::queue::open(
         &format!("sqlite://{}", dir.path("wharf.db").display()),
@@ -345,7 +341,7 @@ pub async fn readiness_is_acknowledged_only_after_a_durable_activation<H: Harnes
     sql("ALTER TABLE external_activations RENAME TO activations_away").await;
     h.produce_direct(
         "export_order",
-        &body(json!({"reply_to": "replies", "n": 1}), None),
+        &envelope_body(json!({"reply_to": "replies", "n": 1}), None),
     )
     .await;
     wait_for(T, "the bridge to report the failing activation", || async {
@@ -381,7 +377,7 @@ async fn waiting_in_the_broker<H: Harness>(h: &H, n: i64) {
     for n in 0..n {
         h.produce_direct(
             "export_order",
-            &body(json!({"reply_to": "replies", "n": n}), None),
+            &envelope_body(json!({"reply_to": "replies", "n": n}), None),
         )
         .await;
     }
@@ -527,7 +523,7 @@ async fn messages_in(dir: &TestDir) -> Vec<wharf_host::queue::StoredMessage> {
 pub async fn the_inbox_skips_a_redelivered_message_id<H: Harness>() {
     let h = H::shared().await;
     let (_dir, host) = start(&h, "inbox = { store = \"sql\" }").await;
-    let message = body(json!({"reply_to": "replies", "n": 1}), Some("dup-1"));
+    let message = envelope_body(json!({"reply_to": "replies", "n": 1}), Some("dup-1"));
     h.produce_direct("export_order", &message).await;
     wait_for(T, "the first reply", || async {
         (replies(&host).await == vec![1]).then_some(())
@@ -538,7 +534,7 @@ pub async fn the_inbox_skips_a_redelivered_message_id<H: Harness>() {
     h.produce_direct("export_order", &message).await;
     h.produce_direct(
         "export_order",
-        &body(json!({"reply_to": "replies", "n": 2}), None),
+        &envelope_body(json!({"reply_to": "replies", "n": 2}), None),
     )
     .await;
     wait_for(T, "the message without an id", || async {
@@ -562,7 +558,7 @@ pub async fn a_moved_message_stands_in_for_its_message_id<H: Harness>() {
     let h = H::shared().await;
     let (_dir, host) = start(&h, "inbox = { store = \"sql\" }").await;
     // Fails on its broker delivery, moves into SQL, succeeds there on its second attempt.
-    let message = body(
+    let message = envelope_body(
         json!({"transient_until": 2, "reply_to": "replies", "n": 1}),
         Some("m-1"),
     );

@@ -31,7 +31,6 @@ use azure_messaging_servicebus::service_bus::SettableBrokerProperties;
 pub use bridge::ServiceBusReadiness;
 pub use consumer::{IDLE_WAIT, MAX_RECEIVERS, PAUSE_AFTER, ServiceBusConsumer};
 pub use endpoint::{Redirect, http_client};
-pub use rest::parse_date;
 pub use settings::{Connection, ServiceBusSettings};
 
 use super::registry::{ProviderKind, SettingsError, parse_settings};
