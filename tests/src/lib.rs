@@ -34,6 +34,9 @@ pub enum Lang {
     Js,
     /// `sample-handlers/python/fixtures/NAME/app.py` (componentize-py).
     Python,
+    /// `sample-handlers/js/spidermonkey/NAME.js` (SpiderMonkey through componentize-js, with
+    /// `fetch`), and the `order-export` sample built on SpiderMonkey.
+    JsSpiderMonkey,
 }
 
 impl Lang {
@@ -43,6 +46,7 @@ impl Lang {
             Lang::Rust => return guest(name),
             Lang::Js => "js",
             Lang::Python => "python",
+            Lang::JsSpiderMonkey => "js-spidermonkey",
         };
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../sample-handlers/target")
@@ -77,6 +81,39 @@ pub fn init_logging() {
         )
         .with_test_writer()
         .try_init();
+}
+
+/// The host's log lines, captured for assertions (see [`capture_logs`]).
+#[derive(Clone, Default)]
+pub struct CapturedLogs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLogs {
+    /// Everything logged so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLogs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Capture the process's logs at `info` (one test per process, as under nextest).
+pub fn capture_logs() -> CapturedLogs {
+    let logs = CapturedLogs::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .init();
+    logs
 }
 
 /// A host directory: `wharf.toml`, `handlers/`, the SQLite database, the cache.

@@ -1,39 +1,18 @@
 //! The WASI sandbox: a handler sees no environment or files unless granted in
 //! `[handlers.NAME]`, and its stdout becomes log lines tagged with the handler name.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{TestDir, messages, msg, wait_status};
+use wharf_tests::{TestDir, capture_logs, messages, msg, wait_status};
 
 const T: Duration = Duration::from_secs(20);
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grants_open_the_sandbox_and_stdout_is_logged() {
-    let logs = Captured::default();
-    let writer = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let logs = capture_logs();
 
     let dir = TestDir::new();
     std::fs::create_dir_all(dir.path("data")).unwrap();
@@ -94,7 +73,7 @@ handler = "not-deployed"
         reports[1]
     );
 
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let line = text
         .lines()
         .find(|l| l.contains("printed by the closed probe"))

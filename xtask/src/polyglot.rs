@@ -3,12 +3,14 @@
 //! - JavaScript: `npm ci` in `sample-handlers/js` from its committed lockfile, then
 //!   `jco componentize … --backend qjs --backend-qjs-disable-async` (QuickJS, synchronous:
 //!   no component-model async needed) for each `NAME.js` in `sample-handlers/js` and its
-//!   `fixtures/`;
+//!   `fixtures/`; `componentize-js` (SpiderMonkey) for the sample (`-d http fetch-event`)
+//!   and for each handler in `spidermonkey/`, which call `fetch` (`-d fetch-event`);
 //! - Python: `componentize-py`, pinned in `sample-handlers/python/requirements.txt`,
 //!   installed in a venv under `target/tools/componentize-py`, for each `NAME/app.py` in
 //!   `sample-handlers/python` and its `fixtures/`.
 //!
-//! Components go to `sample-handlers/target/js/NAME.wasm` and
+//! Components go to `sample-handlers/target/js/NAME.wasm` (QuickJS),
+//! `sample-handlers/target/js-spidermonkey/NAME.wasm` and
 //! `sample-handlers/target/python/NAME.wasm`; one is rebuilt only when its source, the WIT
 //! or the toolchain pin is newer. Without Node (or Python) that language is skipped with a
 //! message — except under CI (`CI` set), where a missing toolchain is an error.
@@ -114,26 +116,69 @@ pub fn build_js() -> Result<()> {
             .current_dir(&project);
         run(ci)?;
     }
-    let out = out_dir("js");
-    std::fs::create_dir_all(&out)?;
+    let quickjs = out_dir("js");
+    let spidermonkey = out_dir("js-spidermonkey");
+    std::fs::create_dir_all(&quickjs)?;
+    std::fs::create_dir_all(&spidermonkey)?;
+    let mut builds: Vec<(PathBuf, PathBuf, Engine)> = Vec::new();
     for (name, source) in sources(&project, false)? {
-        let target = out.join(format!("{name}.wasm"));
-        if !stale(&target, &[source.clone(), wit(), lock.clone()]) {
-            continue;
+        let target = quickjs.join(format!("{name}.wasm"));
+        builds.push((source, target, Engine::QuickJs));
+    }
+    // The sample again on SpiderMonkey (for the per-message cost), without `fetch`…
+    let sample = project.join("order-export.js");
+    builds.push((
+        sample,
+        spidermonkey.join("order-export.wasm"),
+        Engine::SpiderMonkey { http: false },
+    ));
+    // …and the handlers that call `fetch`, which only SpiderMonkey offers.
+    for (name, source) in fixtures(&project.join("spidermonkey"), false)? {
+        let target = spidermonkey.join(format!("{name}.wasm"));
+        builds.push((source, target, Engine::SpiderMonkey { http: true }));
+    }
+    for (source, target, engine) in builds {
+        if stale(&target, &[source.clone(), wit(), lock.clone()]) {
+            run(componentize(&project, engine, &source, &target))?;
         }
-        let mut jco = Command::new(project.join("node_modules/.bin/jco"));
-        jco.arg("componentize")
-            .arg(&source)
-            .arg("--wit")
-            .arg(wit())
-            .args(["--world-name", "handler"])
-            .args(["--backend", "qjs", "--backend-qjs-disable-async"])
-            .arg("-o")
-            .arg(&target)
-            .current_dir(&project);
-        run(jco)?;
     }
     Ok(())
+}
+
+/// The JavaScript engine a component embeds.
+#[derive(Clone, Copy)]
+enum Engine {
+    /// QuickJS (jco's `qjs` backend), synchronous: small and quick to start.
+    QuickJs,
+    /// SpiderMonkey (componentize-js); with `http`, `fetch` is available and the component
+    /// imports `wasi:http`.
+    SpiderMonkey { http: bool },
+}
+
+fn componentize(project: &Path, engine: Engine, source: &Path, target: &Path) -> Command {
+    let bin = project.join("node_modules/.bin");
+    let mut cmd = match engine {
+        Engine::QuickJs => {
+            let mut jco = Command::new(bin.join("jco"));
+            jco.arg("componentize").arg(source);
+            jco
+        }
+        Engine::SpiderMonkey { .. } => {
+            let mut cjs = Command::new(bin.join("componentize-js"));
+            cjs.arg(source);
+            cjs
+        }
+    };
+    cmd.arg("--wit")
+        .arg(wit())
+        .args(["--world-name", "handler"]);
+    match engine {
+        Engine::QuickJs => cmd.args(["--backend", "qjs", "--backend-qjs-disable-async"]),
+        Engine::SpiderMonkey { http: true } => cmd.args(["-d", "fetch-event"]),
+        Engine::SpiderMonkey { http: false } => cmd.args(["-d", "http", "fetch-event"]),
+    };
+    cmd.arg("-o").arg(target).current_dir(project);
+    cmd
 }
 
 /// Build the Python handlers.

@@ -371,6 +371,18 @@ mod tests {
     }
 
     #[test]
+    fn bad_outbound_host_is_named() {
+        let (key, reason) = key_error(
+            "[handlers.h]\nallowed_outbound_hosts = [\"https://ok.example.com\", \"api.example.com\"]\n",
+        );
+        assert_eq!(key, "handlers.h.allowed_outbound_hosts[1]");
+        assert!(
+            reason.contains("`api.example.com`") && reason.contains("scheme is missing"),
+            "{reason}"
+        );
+    }
+
+    #[test]
     fn missing_handler_is_named() {
         let (key, reason) = key_error("[queues.orders]\nconcurrency = 2\n");
         assert_eq!(key, "queues.orders");

@@ -220,6 +220,9 @@ pub struct HandlerConfig {
     pub network: bool,
     /// Let the handler write to the host's own stdout/stderr instead of the log.
     pub inherit_stdio: bool,
+    /// Origins (`https://api.example.com`, `http://127.0.0.1:8080`, `https://*.example.com`)
+    /// the handler may send HTTP requests to through `wasi:http`; empty: no outbound HTTP.
+    pub allowed_outbound_hosts: Vec<crate::runtime::OutboundHost>,
 }
 
 /// A host directory mounted into a handler's sandbox.

@@ -6,6 +6,9 @@ use std::sync::Arc;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime::{ResourceLimiter, StoreLimits};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use super::outbound::OutboundHooks;
 
 use crate::enqueue::Enqueuer;
 use crate::queue::{EnqueueStatus as StoredStatus, NewMessage, now_ms};
@@ -29,6 +32,9 @@ pub use wharf::handler::types::{EnqueueOptions, EnqueueStatus, Level};
 pub struct HostState {
     pub(crate) wasi: WasiCtx,
     pub(crate) table: ResourceTable,
+    pub(crate) http: WasiHttpCtx,
+    /// Decides the outbound HTTP requests of a handler linked to `wasi:http`.
+    pub(crate) outbound: OutboundHooks,
     pub(crate) limiter: MemoryLimiter,
     /// Set by the epoch callback when the call ran past its timeout.
     pub(crate) timed_out: bool,
@@ -42,6 +48,16 @@ impl WasiView for HostState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.outbound,
         }
     }
 }
@@ -105,9 +121,13 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// Add WASI p2 and the `host` interface to a linker.
-pub(crate) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+/// Add WASI p2 and the `host` interface to a linker, and `wasi:http` (outgoing requests)
+/// when `http` is set.
+pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, http: bool) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
+    if http {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+    }
     Handler::add_to_linker::<_, HasSelf<HostState>>(linker, |state| state)?;
     Ok(())
 }

@@ -1,5 +1,7 @@
 //! Compiled components cached on disk, keyed by the `.wasm` content hash and the engine's
-//! compatibility hash, so a restart does not recompile unchanged handlers.
+//! compatibility hash, so a restart does not recompile unchanged handlers. Components are
+//! always served from their cache file, memory-mapped: resident memory holds only the code
+//! and data pages in use, not a private copy of every compiled handler.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -63,8 +65,16 @@ impl ComponentCache {
         let component = Component::new(engine, bytes)?;
         if let Err(e) = self.store(&path, &component) {
             tracing::warn!(dir = %self.dir.display(), "cannot write the compiled-component cache: {e}");
+            return Ok((component, Origin::Compiled));
         }
-        Ok((component, Origin::Compiled))
+        // Serve from the file just written rather than from the compiler's heap copy: its
+        // code is a clean file mapping the kernel can page in and out, and its memory images
+        // map the file copy-on-write instead of being copied into anonymous memory.
+        // SAFETY: as above; the file was written from `component` a moment ago.
+        match unsafe { Component::deserialize_file(engine, &path) } {
+            Ok(mapped) => Ok((mapped, Origin::Compiled)),
+            Err(_) => Ok((component, Origin::Compiled)),
+        }
     }
 
     fn store(&self, path: &Path, component: &Component) -> anyhow::Result<()> {

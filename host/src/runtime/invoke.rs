@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
+use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::bindings::{HandlerError, HostState, MemoryLimiter, Message, Outcome};
+use super::outbound::OutboundHooks;
 use super::output::{Channel, LogStream};
 use super::registry::LoadedHandler;
 use crate::enqueue::Enqueuer;
@@ -43,9 +45,16 @@ pub async fn invoke(
 ) -> InvokeResult {
     let queue: Arc<str> = Arc::from(message.queue.as_str());
     let wasi = build_wasi(handler).map_err(|e| InvokeError::Instantiate(e.to_string()))?;
+    let deadline = Instant::now() + timeout;
     let state = HostState {
         wasi,
         table: ResourceTable::new(),
+        http: WasiHttpCtx::new(),
+        outbound: OutboundHooks::new(
+            handler.name.clone(),
+            handler.grants.outbound.clone(),
+            deadline,
+        ),
         limiter: MemoryLimiter::new(handler.memory_limit.as_u64() as usize),
         timed_out: false,
         handler: handler.name.clone(),
@@ -54,7 +63,6 @@ pub async fn invoke(
     };
     let mut store = Store::new(handler.pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
-    let deadline = Instant::now() + timeout;
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |mut ctx| {
         if Instant::now() >= deadline {

@@ -7,10 +7,12 @@ pub mod deploy;
 mod engine;
 mod invoke;
 mod memory;
+mod outbound;
 mod output;
 mod registry;
 
 pub use bindings::{EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome};
 pub use engine::EPOCH_TICK;
 pub use invoke::{InvokeError, InvokeResult, invoke};
+pub use outbound::{BadOutboundHost, OutboundHost};
 pub use registry::{DeployError, Grants, HandlerRegistry, LoadOutcome, LoadedHandler, Origin};

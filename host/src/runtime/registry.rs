@@ -18,6 +18,7 @@ use super::cache::ComponentCache;
 pub use super::cache::Origin;
 use super::engine::{EpochTicker, build_engine};
 use super::memory::largest_initial_memory;
+use super::outbound::OutboundHost;
 use crate::config::{Config, Preopen, is_valid_name};
 
 /// Why a handler file was not deployed.
@@ -83,6 +84,8 @@ pub struct Grants {
     pub network: bool,
     /// The host's own stdout/stderr.
     pub inherit_stdio: bool,
+    /// Origins the handler may send HTTP requests to; empty: `wasi:http` is not linked.
+    pub outbound: Arc<[OutboundHost]>,
 }
 
 /// One deployed handler version.
@@ -129,6 +132,8 @@ pub enum LoadOutcome {
 pub struct HandlerRegistry {
     engine: Engine,
     linker: Linker<HostState>,
+    /// The linker of handlers with `allowed_outbound_hosts`: adds `wasi:http`.
+    http_linker: Linker<HostState>,
     config: Arc<Config>,
     cache: ComponentCache,
     handlers: ArcSwap<HashMap<String, Arc<LoadedHandler>>>,
@@ -141,12 +146,15 @@ impl HandlerRegistry {
     pub fn new(config: Arc<Config>) -> wasmtime::Result<Self> {
         let engine = build_engine(&config.host)?;
         let mut linker = Linker::new(&engine);
-        add_to_linker(&mut linker)?;
+        add_to_linker(&mut linker, false)?;
+        let mut http_linker = Linker::new(&engine);
+        add_to_linker(&mut http_linker, true)?;
         let cache = ComponentCache::new(&config.host.cache_dir, &engine);
         Ok(HandlerRegistry {
             _ticker: EpochTicker::start(engine.clone()),
             engine,
             linker,
+            http_linker,
             config,
             cache,
             handlers: ArcSwap::from_pointee(HashMap::new()),
@@ -210,15 +218,17 @@ impl HandlerRegistry {
                 initial: ByteSize::b(initial),
             });
         }
+        let settings = self.config.handler(&name);
+        let outbound: Arc<[OutboundHost]> = settings.allowed_outbound_hosts.clone().into();
+        let http = !outbound.is_empty();
         let started = Instant::now();
-        let (pre, origin) = match self.serving_with(&hash) {
+        let (pre, origin) = match self.serving_with(&hash, http) {
             // Byte-identical files under several names share one compiled component.
             Some(pre) => (pre, Origin::Shared),
-            None => self.compile(path, &hash, &bytes)?,
+            None => self.compile(path, &name, &hash, &bytes, http)?,
         };
         let millis = started.elapsed().as_millis();
 
-        let settings = self.config.handler(&name);
         let mut env: Vec<(String, String)> = settings.env.clone().into_iter().collect();
         env.extend(
             settings
@@ -238,6 +248,7 @@ impl HandlerRegistry {
                 preopens: settings.preopens.clone(),
                 network: settings.network,
                 inherit_stdio: settings.inherit_stdio,
+                outbound,
             },
             pre,
         });
@@ -255,12 +266,13 @@ impl HandlerRegistry {
         })
     }
 
-    /// The compiled component of a serving handler whose file has content `hash`.
-    fn serving_with(&self, hash: &str) -> Option<HandlerPre<HostState>> {
+    /// The compiled component of a serving handler whose file has content `hash` and that is
+    /// linked to `wasi:http` exactly when `http` is.
+    fn serving_with(&self, hash: &str, http: bool) -> Option<HandlerPre<HostState>> {
         self.handlers
             .load()
             .values()
-            .find(|h| h.hash == hash)
+            .find(|h| h.hash == hash && h.grants.outbound.is_empty() != http)
             .map(|h| h.pre.clone())
     }
 
@@ -268,8 +280,10 @@ impl HandlerRegistry {
     fn compile(
         &self,
         path: &Path,
+        name: &str,
         hash: &str,
         bytes: &[u8],
+        http: bool,
     ) -> Result<(HandlerPre<HostState>, Origin), DeployError> {
         let (component, origin) =
             self.cache
@@ -278,14 +292,24 @@ impl HandlerRegistry {
                     path: path.to_path_buf(),
                     reason: format!("{e:#}"),
                 })?;
-        let world_error = |e: wasmtime::Error| DeployError::World {
-            path: path.to_path_buf(),
-            reason: format!("{e:#}"),
+        let world_error = |e: wasmtime::Error| {
+            let mut reason = format!("{e:#}");
+            if !http && reason.contains("wasi:http/") {
+                reason.push_str(&format!(
+                    "; the handler uses outbound HTTP: list the origins it may call in [handlers.{name}] allowed_outbound_hosts"
+                ));
+            }
+            DeployError::World {
+                path: path.to_path_buf(),
+                reason,
+            }
         };
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(world_error)?;
+        let linker = if http {
+            &self.http_linker
+        } else {
+            &self.linker
+        };
+        let instance_pre = linker.instantiate_pre(&component).map_err(world_error)?;
         let pre = HandlerPre::new(instance_pre).map_err(world_error)?;
         Ok((pre, origin))
     }

@@ -1,0 +1,273 @@
+//! Outbound HTTP for handlers: the `allowed_outbound_hosts` allow-list of a handler and the
+//! `wasi:http/outgoing-handler` hooks that enforce it. A handler with an empty list (the
+//! default) is not linked to `wasi:http` at all; one with a list may call exactly those
+//! origins (scheme, host and port), and every other request is refused with
+//! `HTTP-request-denied` and logged. A request never outlives the handler's timeout: its
+//! connect and response timeouts are capped at the time the call has left.
+
+use std::fmt;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::Uri;
+use http::uri::Scheme;
+use serde::Deserialize;
+use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
+
+/// One entry of `allowed_outbound_hosts`: `https://api.example.com`,
+/// `http://127.0.0.1:8080`, or `https://*.example.com` for every subdomain. Without a port
+/// the scheme's default (443, 80) is meant.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct OutboundHost {
+    https: bool,
+    host: String,
+    port: u16,
+}
+
+/// Why an `allowed_outbound_hosts` entry is not an origin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{entry}` is not an allowed host: {reason} (expected `https://HOST[:PORT]` or `http://HOST[:PORT]`)"
+)]
+pub struct BadOutboundHost {
+    entry: String,
+    reason: &'static str,
+}
+
+impl FromStr for OutboundHost {
+    type Err = BadOutboundHost;
+
+    fn from_str(entry: &str) -> Result<Self, Self::Err> {
+        let bad = |reason| BadOutboundHost {
+            entry: entry.to_string(),
+            reason,
+        };
+        let uri: Uri = entry.parse().map_err(|_| bad("not a URL"))?;
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            Some(_) => return Err(bad("the scheme must be http or https")),
+            None => return Err(bad("the scheme is missing")),
+        };
+        let authority = uri.authority().ok_or_else(|| bad("the host is missing"))?;
+        if authority.as_str().contains('@') {
+            return Err(bad("user information is not allowed"));
+        }
+        if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+            return Err(bad("a path is not allowed: the whole origin is granted"));
+        }
+        let host = authority.host().to_ascii_lowercase();
+        let wildcard_body = host.strip_prefix("*.").unwrap_or(&host);
+        if wildcard_body.is_empty() || wildcard_body.contains('*') {
+            return Err(bad(
+                "`*` is allowed only as the first label (`*.example.com`)",
+            ));
+        }
+        Ok(OutboundHost {
+            https,
+            port: authority.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            host,
+        })
+    }
+}
+
+impl TryFrom<String> for OutboundHost {
+    type Error = BadOutboundHost;
+
+    fn try_from(entry: String) -> Result<Self, Self::Error> {
+        entry.parse()
+    }
+}
+
+impl fmt::Display for OutboundHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.https { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+impl OutboundHost {
+    /// Whether a request to `uri` goes to this origin.
+    pub fn allows(&self, uri: &Uri) -> bool {
+        let https = uri.scheme() == Some(&Scheme::HTTPS);
+        if https != self.https || (!https && uri.scheme() != Some(&Scheme::HTTP)) {
+            return false;
+        }
+        let Some(authority) = uri.authority() else {
+            return false;
+        };
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let host = authority.host().to_ascii_lowercase();
+        let host_matches = match self.host.strip_prefix("*.") {
+            Some(domain) => host
+                .strip_suffix(domain)
+                .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+            None => host == self.host,
+        };
+        host_matches && port == self.port
+    }
+}
+
+/// The `wasi:http` hooks of one handler call: the allow-list check and a send bounded by
+/// the call's deadline.
+pub(crate) struct OutboundHooks {
+    handler: Arc<str>,
+    allowed: Arc<[OutboundHost]>,
+    deadline: Instant,
+}
+
+impl OutboundHooks {
+    pub(crate) fn new(handler: Arc<str>, allowed: Arc<[OutboundHost]>, deadline: Instant) -> Self {
+        OutboundHooks {
+            handler,
+            allowed,
+            deadline,
+        }
+    }
+}
+
+/// The response future `WasiHttpHooks::send_request` returns.
+type Sending = Box<
+    dyn Future<
+            Output = Result<
+                (
+                    http::Response<WasiBody>,
+                    Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                ),
+                HttpError,
+            >,
+        > + Send,
+>;
+
+impl WasiHttpHooks for OutboundHooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _response_errors: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Sending {
+        let uri = request.uri().clone();
+        if !self.allowed.iter().any(|origin| origin.allows(&uri)) {
+            tracing::warn!(
+                handler = %self.handler, method = %request.method(), url = %uri,
+                "outbound HTTP request refused: its origin is not in [handlers.{}] allowed_outbound_hosts",
+                self.handler
+            );
+            // Take in what the guest writes to the body first: a body dropped unread makes
+            // its writes fail, which some guests (SpiderMonkey's `fetch`) answer with a trap
+            // instead of seeing the refusal.
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            let mut body = request.into_body();
+            return Box::new(async move {
+                use http_body_util::BodyExt;
+                let _ = tokio::time::timeout(left, async {
+                    while let Some(Ok(_)) = body.frame().await {}
+                })
+                .await;
+                Err(HttpError::HttpRequestDenied)
+            });
+        }
+        tracing::debug!(handler = %self.handler, method = %request.method(), url = %uri, "outbound HTTP request");
+        let options = within(
+            options,
+            self.deadline.saturating_duration_since(Instant::now()),
+        );
+        Box::new(async move {
+            use http_body_util::BodyExt;
+            let (response, io) =
+                wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
+            Ok((
+                response.map(BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = _> + Send>,
+            ))
+        })
+    }
+}
+
+/// `options` with every timeout capped at `left`.
+fn within(options: Option<RequestOptions>, left: Duration) -> RequestOptions {
+    let options = options.unwrap_or_default();
+    let cap = |t: Option<Duration>| Some(t.map_or(left, |t| t.min(left)));
+    RequestOptions {
+        connect_timeout: cap(options.connect_timeout),
+        first_byte_timeout: cap(options.first_byte_timeout),
+        between_bytes_timeout: cap(options.between_bytes_timeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(s: &str) -> OutboundHost {
+        s.parse().unwrap()
+    }
+
+    fn uri(s: &str) -> Uri {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn an_origin_allows_its_scheme_host_and_port_only() {
+        let api = host("https://API.example.com");
+        assert!(api.allows(&uri("https://api.example.com/v1/orders?x=1")));
+        assert!(api.allows(&uri("https://api.example.com:443/")));
+        assert!(!api.allows(&uri("http://api.example.com/")));
+        assert!(!api.allows(&uri("https://api.example.com:8443/")));
+        assert!(!api.allows(&uri("https://api.example.com.evil.test/")));
+        assert!(!api.allows(&uri("https://other.example.com/")));
+
+        let local = host("http://127.0.0.1:8080");
+        assert!(local.allows(&uri("http://127.0.0.1:8080/hook")));
+        assert!(!local.allows(&uri("http://127.0.0.1:8081/hook")));
+        assert!(!local.allows(&uri("http://127.0.0.1/hook")));
+    }
+
+    #[test]
+    fn a_wildcard_allows_subdomains_but_not_the_domain_or_lookalikes() {
+        let any = host("https://*.example.com");
+        assert!(any.allows(&uri("https://a.example.com/")));
+        assert!(any.allows(&uri("https://a.b.example.com/")));
+        assert!(!any.allows(&uri("https://example.com/")));
+        assert!(!any.allows(&uri("https://badexample.com/")));
+    }
+
+    #[test]
+    fn entries_that_are_not_origins_are_rejected_with_the_reason() {
+        for (entry, reason) in [
+            ("api.example.com", "scheme is missing"),
+            ("ftp://api.example.com", "http or https"),
+            ("https://api.example.com/v1", "path is not allowed"),
+            ("https://user@api.example.com", "user information"),
+            ("https://a.*.example.com", "first label"),
+        ] {
+            let err = entry.parse::<OutboundHost>().unwrap_err().to_string();
+            assert!(
+                err.contains(entry) && err.contains(reason),
+                "{entry}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn request_timeouts_never_exceed_the_time_left() {
+        let left = Duration::from_secs(2);
+        let bounded = within(None, left);
+        assert_eq!(bounded.connect_timeout, Some(left));
+        assert_eq!(bounded.first_byte_timeout, Some(left));
+        let shorter = within(
+            Some(RequestOptions {
+                connect_timeout: Some(Duration::from_millis(500)),
+                first_byte_timeout: Some(Duration::from_secs(60)),
+                between_bytes_timeout: None,
+            }),
+            left,
+        );
+        assert_eq!(shorter.connect_timeout, Some(Duration::from_millis(500)));
+        assert_eq!(shorter.first_byte_timeout, Some(left));
+        assert_eq!(shorter.between_bytes_timeout, Some(left));
+    }
+}
