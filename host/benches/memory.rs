@@ -57,9 +57,9 @@ fn start(dir: &Path, count: usize) -> (Child, Duration) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("wharf run starts");
-    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut deployed = 0;
-    for line in stderr.lines() {
+    for line in lines.by_ref() {
         let line = line.unwrap();
         if line.contains("rejected handler file") {
             panic!("{line}");
@@ -75,6 +75,8 @@ fn start(dir: &Path, count: usize) -> (Child, Duration) {
         deployed, count,
         "the host stopped before deploying every handler"
     );
+    // Keep reading the log so the host never writes to a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
     (child, started.elapsed())
 }
 
