@@ -153,6 +153,29 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
             })?;
     background.extend(external_runtime.tasks);
     let router = Arc::new(QueueRouter::new(store.clone(), &config, &providers));
+    let sampled = crate::metrics::Sampled {
+        store: store.clone(),
+        queues: config
+            .queues
+            .keys()
+            .map(|name| {
+                let external = external::external_queues(&config)
+                    .into_iter()
+                    .find(|(queue, _)| queue == name)
+                    .and_then(|(_, provider)| {
+                        let opened = providers.get(&provider)?.clone();
+                        Some((provider, opened))
+                    });
+                (name.clone(), external)
+            })
+            .collect(),
+        health: health.clone(),
+    };
+    background.push(tokio::spawn(crate::metrics::run_sampler(
+        sampled,
+        config.host.metrics_interval,
+        shutdown.clone(),
+    )));
     let wake_router = router.clone();
     if let Some(listener) = store.listen(
         Arc::new(move |queue| wake_router.wake(queue)),

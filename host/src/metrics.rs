@@ -1,16 +1,54 @@
-//! Prometheus metrics, served by the admin server on `/metrics`. Labels are bounded (queue,
-//! endpoint, provider names from the configuration), never message ids.
+//! Prometheus metrics, served by the admin server on `/metrics`: what happened to messages,
+//! how long handlers and instantiation took, enqueue→settled latency, deploys, inbox work,
+//! and gauges (queue depth by status, external depth, health) sampled by a background task,
+//! never computed per scrape. Labels are bounded: queue, provider, endpoint and health-check
+//! names from the configuration, handler names from the handlers directory, and fixed
+//! outcome/status words — never message ids. The README lists every metric.
 
-use std::sync::OnceLock;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::HealthRegistry;
+use crate::external::Provider;
+use crate::queue::QueueStore;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Histogram buckets, in seconds, for handler calls and instantiation (10 µs – 60 s).
+const CALL_BUCKETS: [f64; 17] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 1.0, 5.0, 60.0,
+];
+
+/// Histogram buckets, in seconds, for enqueue→settled latency (1 ms – 1 day).
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 3600.0,
+    86400.0,
+];
 
 /// Install the process-wide recorder (once; later calls reuse it).
 pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_call_seconds".into()), &CALL_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("wharf_instantiate_seconds".into()),
+                    &CALL_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
+                    Matcher::Full("wharf_settle_latency_seconds".into()),
+                    &LATENCY_BUCKETS,
+                )
+            })
+            .expect("bucket lists are not empty")
+            .build_recorder();
         let handle = recorder.handle();
         // Another recorder may already be installed (an embedding application): then ours
         // only renders what it sees, which is nothing; the application's recorder wins.
@@ -24,6 +62,98 @@ pub fn render() -> String {
     install().render()
 }
 
+/// What happened to a message after one delivery (`wharf_messages_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageOutcome {
+    /// The handler succeeded (completed or handed off): settled as processed.
+    Processed,
+    /// The attempt failed (or asked to run later) and the message will run again.
+    Retried,
+    /// Failed for good: permanent error or no attempts left.
+    Failed,
+    /// Handed back unprocessed (shutdown, handler removed).
+    Released,
+    /// Skipped by the consumer inbox: already processed on this endpoint.
+    Duplicate,
+}
+
+impl MessageOutcome {
+    fn label(self) -> &'static str {
+        match self {
+            MessageOutcome::Processed => "processed",
+            MessageOutcome::Retried => "retried",
+            MessageOutcome::Failed => "failed",
+            MessageOutcome::Released => "released",
+            MessageOutcome::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// Count one delivery's outcome on `queue`.
+pub fn message(queue: &str, outcome: MessageOutcome) {
+    metrics::counter!(
+        "wharf_messages_total",
+        "queue" => queue.to_string(),
+        "outcome" => outcome.label()
+    )
+    .increment(1);
+}
+
+/// How long one `handle` call took on `queue` (instantiation included).
+pub fn handler_call(queue: &str, took: Duration) {
+    metrics::histogram!("wharf_handler_call_seconds", "queue" => queue.to_string())
+        .record(took.as_secs_f64());
+}
+
+/// How long creating a fresh instance of `handler` took.
+pub fn instantiated(handler: &str, took: Duration) {
+    metrics::histogram!("wharf_instantiate_seconds", "handler" => handler.to_string())
+        .record(took.as_secs_f64());
+}
+
+/// From enqueue to the final settlement (processed or failed) of a message on `queue`.
+pub fn settled(queue: &str, enqueued_at_ms: u64) {
+    if enqueued_at_ms == 0 {
+        return; // not known (a message from a direct producer without a timestamp)
+    }
+    let ms = (crate::queue::now_ms() - enqueued_at_ms as i64).max(0);
+    metrics::histogram!("wharf_settle_latency_seconds", "queue" => queue.to_string())
+        .record(ms as f64 / 1000.0);
+}
+
+/// A message of an external queue moved into the SQL queue with `status`.
+pub fn moved_into_sql(queue: &str, provider: &str, status: &str) {
+    metrics::counter!(
+        "wharf_moved_into_sql_total",
+        "queue" => queue.to_string(),
+        "provider" => provider.to_string(),
+        "status" => status.to_string()
+    )
+    .increment(1);
+}
+
+/// A handler file was deployed, rejected or removed.
+pub fn deploy(handler: &str, result: &'static str) {
+    metrics::counter!(
+        "wharf_deploys_total",
+        "handler" => handler.to_string(),
+        "result" => result
+    )
+    .increment(1);
+}
+
+/// Deliveries of `endpoint` looked up in the consumer inbox.
+pub fn inbox_checked(endpoint: &str, count: usize) {
+    metrics::counter!("wharf_inbox_checks_total", "endpoint" => endpoint.to_string())
+        .increment(count as u64);
+}
+
+/// Inbox entries recorded for `endpoint` after successful handler calls.
+pub fn inbox_recorded(endpoint: &str, count: usize) {
+    metrics::counter!("wharf_inbox_records_total", "endpoint" => endpoint.to_string())
+        .increment(count as u64);
+}
+
 /// Count a redelivery skipped by the consumer inbox.
 pub fn duplicate_detected(endpoint: &str, queue: &str, provider: &'static str) {
     metrics::counter!(
@@ -33,4 +163,102 @@ pub fn duplicate_detected(endpoint: &str, queue: &str, provider: &'static str) {
         "provider" => provider
     )
     .increment(1);
+}
+
+/// An external queue's provider: its name and the opened provider.
+pub type NamedProvider = (String, Arc<dyn Provider>);
+
+/// What the gauge sampler looks at.
+pub struct Sampled {
+    /// The SQL queue store.
+    pub store: Arc<dyn QueueStore>,
+    /// Every configured queue, with its provider when it is external.
+    pub queues: Vec<(String, Option<NamedProvider>)>,
+    /// The health checks.
+    pub health: Arc<HealthRegistry>,
+}
+
+/// Refresh the gauges every `interval` until `shutdown`: `wharf_queue_messages` (SQL counts
+/// by status), `wharf_external_messages` (where the provider can tell) and
+/// `wharf_health_ready`. One count per queue per interval, whatever the scrape rate.
+pub async fn run_sampler(sampled: Sampled, interval: Duration, shutdown: CancellationToken) {
+    let mut seen = HashMap::new();
+    loop {
+        sample(&sampled, &mut seen).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// The statuses every queue reports, even at zero.
+const STATUSES: [&str; 6] = [
+    "pending",
+    "processing",
+    "processed",
+    "failed",
+    "sleeping",
+    "awaiting-release",
+];
+
+/// One sampling pass; `seen` keeps the statuses each queue has reported, so a custom status
+/// that empties drops to zero instead of keeping its last value.
+async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>) {
+    for (queue, external) in &sampled.queues {
+        match sampled.store.counts(queue).await {
+            Ok(counts) => {
+                let statuses = seen.entry(queue.clone()).or_default();
+                statuses.extend(STATUSES.iter().map(|s| s.to_string()));
+                statuses.extend(counts.iter().map(|(s, _)| s.as_str().to_string()));
+                for status in statuses.iter() {
+                    let n = counts
+                        .iter()
+                        .find(|(s, _)| s.as_str() == status)
+                        .map_or(0, |(_, n)| *n);
+                    metrics::gauge!(
+                        "wharf_queue_messages",
+                        "queue" => queue.clone(),
+                        "status" => status.clone()
+                    )
+                    .set(n as f64);
+                }
+            }
+            Err(e) => tracing::debug!(%queue, "sampling the queue's counts failed: {e}"),
+        }
+        let Some((name, provider)) = external else {
+            continue;
+        };
+        if !provider.capabilities().depth {
+            continue;
+        }
+        match provider.depth(queue).await {
+            Ok(depth) => {
+                for (state, n) in [
+                    ("ready", depth.ready),
+                    ("delayed", depth.delayed),
+                    ("in_flight", depth.in_flight),
+                ] {
+                    metrics::gauge!(
+                        "wharf_external_messages",
+                        "queue" => queue.clone(),
+                        "provider" => name.clone(),
+                        "state" => state
+                    )
+                    .set(n as f64);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(%queue, provider = %name, "sampling the external depth failed: {e}")
+            }
+        }
+    }
+    let (_, checks) = sampled.health.report().await;
+    for (check, report) in checks {
+        metrics::gauge!("wharf_health_ready", "check" => check).set(if report.healthy {
+            1.0
+        } else {
+            0.0
+        });
+    }
 }

@@ -112,7 +112,8 @@ pub fn capture_logs() -> CapturedLogs {
         .with_env_filter("info")
         .with_ansi(false)
         .with_writer(move || writer.clone())
-        .init();
+        .try_init()
+        .expect("capture_logs needs the test to own its process: run it under cargo nextest");
     logs
 }
 

@@ -146,6 +146,13 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        if self.host.metrics_interval.is_zero() {
+            return Err(ConfigError::key(
+                file,
+                "host.metrics_interval",
+                "must be longer than zero",
+            ));
+        }
         if self.host.instance_memory > self.host.max_instance_memory {
             return Err(ConfigError::key(
                 file,

@@ -159,6 +159,10 @@ pub struct HostConfig {
     pub instance_memory: ByteSize,
     /// The largest `memory` any handler may be granted (sizes the instance pool's slots).
     pub max_instance_memory: ByteSize,
+    /// How often the `/metrics` gauges (queue depth by status, external depth, health) are
+    /// refreshed: one count per queue per interval, whatever the scrape rate.
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub metrics_interval: Duration,
 }
 
 impl Default for HostConfig {
@@ -172,6 +176,7 @@ impl Default for HostConfig {
             max_instances: 256,
             instance_memory: ByteSize::mib(64),
             max_instance_memory: ByteSize::mib(512),
+            metrics_interval: Duration::from_secs(15),
         }
     }
 }

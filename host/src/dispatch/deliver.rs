@@ -12,6 +12,7 @@ use super::outcome::{decide, transient};
 use super::recorder::Recorder;
 use super::{Pipeline, Shared, Source, Verdict, Work};
 use crate::inbox::{InboxKey, InboxStore, InboxWrite};
+use crate::metrics::MessageOutcome;
 use crate::queue::{Backoff, Disposition};
 use crate::runtime::{LoadedHandler, Outcome};
 
@@ -123,6 +124,7 @@ pub(crate) async fn process<S: Source>(
 ) {
     let p = &shared.pipeline;
     let attempt = work.message.attempt;
+    let enqueued_at_ms = work.message.enqueued_at_ms;
     let max = p.config.max_attempts;
     let backoff = Backoff {
         base: p.config.backoff,
@@ -154,6 +156,7 @@ pub(crate) async fn process<S: Source>(
         }
         Precheck::Checked(key, true) => {
             let binding = p.inbox.as_ref().expect("checked against the queue's inbox");
+            crate::metrics::inbox_checked(&binding.endpoint, 1);
             let provider = shared.source.provider();
             tracing::info!(
                 name: "duplicate_detected", target: "wharf::inbox",
@@ -162,6 +165,7 @@ pub(crate) async fn process<S: Source>(
                 "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
             );
             crate::metrics::duplicate_detected(&binding.endpoint, &p.name, provider);
+            crate::metrics::message(&p.name, MessageOutcome::Duplicate);
             let outcome = Some("skipped: duplicate");
             finish(
                 &shared,
@@ -172,13 +176,19 @@ pub(crate) async fn process<S: Source>(
             .await;
             return;
         }
-        Precheck::Checked(_, false) => p.inbox.as_ref(),
+        Precheck::Checked(_, false) => {
+            let binding = p.inbox.as_ref().expect("checked against the queue's inbox");
+            crate::metrics::inbox_checked(&binding.endpoint, 1);
+            Some(binding)
+        }
     };
 
     // 2. The guest.
     let record_ids = work.inbox.map(|ids| ids.record).unwrap_or_default();
+    let started = std::time::Instant::now();
     let result =
         crate::runtime::invoke(&handler, work.message, p.config.timeout, p.enqueuer.clone()).await;
+    crate::metrics::handler_call(&p.name, started.elapsed());
     let mut disposition = decide(&result, attempt, max, backoff);
     let outcome = match &result {
         Ok(Ok(Outcome::PendingHandoff)) => Some("pending-handoff"),
@@ -189,12 +199,14 @@ pub(crate) async fn process<S: Source>(
     // 3. Record, only after the guest succeeded, and not for a pending handoff. A source that
     // can writes the records with its settlement; otherwise they are written here first.
     let mut write = None;
+    let mut recorded = None;
     if let (Some(binding), Ok(Ok(Outcome::Completed))) = (inbox, &result) {
         let mut keys: Vec<InboxKey> = record_ids
             .iter()
             .filter_map(|id| InboxKey::new(&binding.endpoint, id).ok())
             .collect();
         keys.dedup();
+        recorded = Some((binding.endpoint.as_str(), keys.len()));
         match binding.queue_table.clone() {
             Some(table) if shared.source.records_inbox(binding) => {
                 write = Some(InboxWrite {
@@ -216,6 +228,15 @@ pub(crate) async fn process<S: Source>(
     // 4. Settle.
     log(p, &work.label, attempt, &disposition);
     let complete = disposition == Disposition::Complete;
+    if let (true, Some((endpoint, count))) = (complete, recorded) {
+        crate::metrics::inbox_recorded(endpoint, count);
+    }
+    if matches!(
+        disposition,
+        Disposition::Complete | Disposition::Fail { .. }
+    ) {
+        crate::metrics::settled(&p.name, enqueued_at_ms);
+    }
     let verdict = Verdict {
         disposition,
         outcome: outcome.filter(|_| complete),
@@ -237,8 +258,18 @@ async fn finish<S: Source>(shared: &Arc<Shared<S>>, seq: u64, handle: S::Handle,
     let _ = task.await;
 }
 
+/// Log a delivery's disposition and count it in `wharf_messages_total`.
 fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {
     let queue = &p.name;
+    crate::metrics::message(
+        queue,
+        match disposition {
+            Disposition::Complete => MessageOutcome::Processed,
+            Disposition::Retry { .. } => MessageOutcome::Retried,
+            Disposition::Fail { .. } => MessageOutcome::Failed,
+            Disposition::Release => MessageOutcome::Released,
+        },
+    );
     match disposition {
         Disposition::Complete => {
             tracing::debug!(%queue, message = %label, attempt, "message processed")

@@ -207,6 +207,7 @@ impl ExternalSource {
             None => serde_json::Value::String(body.clone()).to_string(),
         };
         let id = envelope.and_then(|e| e.message_id.clone());
+        let moved_as = status.as_ref().map_or("retry", |s| s.as_str()).to_string();
         let message = NewMessage {
             id: id.clone(),
             payload,
@@ -223,6 +224,7 @@ impl ExternalSource {
         };
         match self.sql.enqueue(&self.name, message, false).await {
             Ok(_) => {
+                crate::metrics::moved_into_sql(&self.name, &self.provider, &moved_as);
                 self.sql_wake.notify_one();
                 self.ack(item).await;
             }

@@ -81,9 +81,12 @@ impl ComponentCache {
     fn store(&self, path: &Path, component: &Component) -> anyhow::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let bytes = component.serialize().map_err(|e| anyhow::anyhow!("{e}"))?;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(&tmp, path)?;
+        // A unique temporary file, synced, then renamed: hosts sharing the directory never
+        // see (or map) a half-written entry.
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+        std::io::Write::write_all(&mut tmp, &bytes)?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path)?;
         Ok(())
     }
 }

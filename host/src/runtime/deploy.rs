@@ -78,6 +78,7 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
     };
     if !path.exists() {
         if registry.remove(&name) {
+            crate::metrics::deploy(&name, "removed");
             tracing::warn!(handler = %name, file = %path.display(), "handler file removed: no new messages are dispatched to it; its messages stay pending");
         }
         return false;
@@ -97,6 +98,7 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
                 Origin::Cached => "cache",
                 Origin::Shared => "shared with an identical handler",
             };
+            crate::metrics::deploy(&name, "deployed");
             tracing::info!(
                 handler = %name, file = %path.display(), sha256 = &hash[..16],
                 source, millis,
@@ -106,6 +108,7 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
         }
         Ok(Ok(LoadOutcome::Unchanged { .. })) => true,
         Ok(Err(e)) => {
+            crate::metrics::deploy(&name, "rejected");
             let serving = registry.get(&name);
             match &serving {
                 Some(old) => {

@@ -75,10 +75,12 @@ pub async fn invoke(
     });
 
     let call = async {
+        let started = Instant::now();
         let instance = match handler.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
             Err(e) => return Err(InvokeError::Instantiate(format!("{e:#}"))),
         };
+        crate::metrics::instantiated(&handler.name, started.elapsed());
         instance
             .call_handle(&mut store, &message)
             .await

@@ -3,12 +3,14 @@
 //! default) is not linked to `wasi:http` at all; one with a list may call exactly those
 //! origins (scheme, host and port), and every other request is refused with
 //! `HTTP-request-denied` and logged. A request never outlives the handler's timeout: its
-//! connect and response timeouts are capped at the time the call has left.
+//! connect and response timeouts are capped at the time the call has left; and a call has at
+//! most [`MAX_REQUESTS_PER_CALL`] requests open at once.
 
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::Uri;
@@ -66,6 +68,15 @@ impl FromStr for OutboundHost {
                 "`*` is allowed only as the first label (`*.example.com`)",
             ));
         }
+        if host.starts_with("*.")
+            && wildcard_body
+                .split('.')
+                .all(|label| label.chars().all(|c| c.is_ascii_digit()))
+        {
+            return Err(bad(
+                "a wildcard needs a domain name, not part of an IP address",
+            ));
+        }
         Ok(OutboundHost {
             https,
             port: authority.port_u16().unwrap_or(if https { 443 } else { 80 }),
@@ -99,6 +110,9 @@ impl OutboundHost {
         let Some(authority) = uri.authority() else {
             return false;
         };
+        if authority.as_str().contains('@') {
+            return false; // user information: never sent on, never allowed
+        }
         let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
         let host = authority.host().to_ascii_lowercase();
         let host_matches = match self.host.strip_prefix("*.") {
@@ -111,12 +125,17 @@ impl OutboundHost {
     }
 }
 
+/// Most requests one handler call may have open at once: a guest cannot spend the host's
+/// connections and file descriptors by firing requests without waiting for them.
+pub const MAX_REQUESTS_PER_CALL: usize = 16;
+
 /// The `wasi:http` hooks of one handler call: the allow-list check and a send bounded by
-/// the call's deadline.
+/// the call's deadline and by [`MAX_REQUESTS_PER_CALL`].
 pub(crate) struct OutboundHooks {
     handler: Arc<str>,
     allowed: Arc<[OutboundHost]>,
     deadline: Instant,
+    open: Arc<AtomicUsize>,
 }
 
 impl OutboundHooks {
@@ -125,8 +144,30 @@ impl OutboundHooks {
             handler,
             allowed,
             deadline,
+            open: Arc::default(),
         }
     }
+}
+
+/// One open request of a call, counted until its connection is done with.
+struct OpenRequest(Arc<AtomicUsize>);
+
+impl Drop for OpenRequest {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `uri` without user information or query, for logs (either may carry secrets).
+fn redacted(uri: &Uri) -> String {
+    let scheme = uri.scheme_str().unwrap_or("?");
+    let host = uri.authority().map_or("", |a| a.host());
+    let port = uri
+        .authority()
+        .and_then(|a| a.port_u16())
+        .map(|p| format!(":{p}"))
+        .unwrap_or_default();
+    format!("{scheme}://{host}{port}{}", uri.path())
 }
 
 /// The response future `WasiHttpHooks::send_request` returns.
@@ -149,42 +190,62 @@ impl WasiHttpHooks for OutboundHooks {
         options: Option<RequestOptions>,
         _response_errors: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Sending {
-        let uri = request.uri().clone();
-        if !self.allowed.iter().any(|origin| origin.allows(&uri)) {
+        let url = redacted(request.uri());
+        let method = request.method().clone();
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if !self
+            .allowed
+            .iter()
+            .any(|origin| origin.allows(request.uri()))
+        {
             tracing::warn!(
-                handler = %self.handler, method = %request.method(), url = %uri,
+                handler = %self.handler, %method, %url,
                 "outbound HTTP request refused: its origin is not in [handlers.{}] allowed_outbound_hosts",
                 self.handler
             );
-            // Take in what the guest writes to the body first: a body dropped unread makes
-            // its writes fail, which some guests (SpiderMonkey's `fetch`) answer with a trap
-            // instead of seeing the refusal.
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            let mut body = request.into_body();
-            return Box::new(async move {
-                use http_body_util::BodyExt;
-                let _ = tokio::time::timeout(left, async {
-                    while let Some(Ok(_)) = body.frame().await {}
-                })
-                .await;
-                Err(HttpError::HttpRequestDenied)
-            });
+            return refuse(request, left, HttpError::HttpRequestDenied);
         }
-        tracing::debug!(handler = %self.handler, method = %request.method(), url = %uri, "outbound HTTP request");
-        let options = within(
-            options,
-            self.deadline.saturating_duration_since(Instant::now()),
-        );
+        if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_REQUESTS_PER_CALL {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!(
+                handler = %self.handler, %method, %url,
+                "outbound HTTP request refused: the call already has {MAX_REQUESTS_PER_CALL} requests open"
+            );
+            return refuse(request, left, HttpError::ConnectionLimitReached);
+        }
+        let open = OpenRequest(self.open.clone());
+        tracing::debug!(handler = %self.handler, %method, %url, "outbound HTTP request");
+        let options = within(options, left);
         Box::new(async move {
             use http_body_util::BodyExt;
             let (response, io) =
                 wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
+            // The request counts as open until its connection is done with.
+            let io = async move {
+                let _open = open;
+                io.await
+            };
             Ok((
                 response.map(BodyExt::boxed_unsync),
                 Box::new(io) as Box<dyn Future<Output = _> + Send>,
             ))
         })
     }
+}
+
+/// Answer `request` with `error` at once. What the guest writes to the body is still taken
+/// in (for at most `left`): a body dropped unread makes its writes fail, which some guests
+/// (SpiderMonkey's `fetch`) answer with a trap instead of seeing the refusal.
+fn refuse(request: http::Request<WasiBody>, left: Duration, error: HttpError) -> Sending {
+    let mut body = request.into_body();
+    tokio::spawn(async move {
+        use http_body_util::BodyExt;
+        let _ = tokio::time::timeout(left, async {
+            while let Some(Ok(_)) = body.frame().await {}
+        })
+        .await;
+    });
+    Box::new(async move { Err(error) })
 }
 
 /// `options` with every timeout capped at `left`.
@@ -233,6 +294,8 @@ mod tests {
         assert!(any.allows(&uri("https://a.b.example.com/")));
         assert!(!any.allows(&uri("https://example.com/")));
         assert!(!any.allows(&uri("https://badexample.com/")));
+        assert!(!any.allows(&uri("https://user@a.example.com/")));
+        assert!(!host("https://api.example.com").allows(&uri("https://x@api.example.com/")));
     }
 
     #[test]
@@ -243,6 +306,7 @@ mod tests {
             ("https://api.example.com/v1", "path is not allowed"),
             ("https://user@api.example.com", "user information"),
             ("https://a.*.example.com", "first label"),
+            ("http://*.0.0.1", "IP address"),
         ] {
             let err = entry.parse::<OutboundHost>().unwrap_err().to_string();
             assert!(
@@ -250,6 +314,47 @@ mod tests {
                 "{entry}: {err}"
             );
         }
+    }
+
+    fn get(url: &str) -> http::Request<WasiBody> {
+        use http_body_util::BodyExt;
+        let body = http_body_util::Empty::<bytes::Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        http::Request::get(url).body(body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_call_has_at_most_sixteen_requests_open() {
+        let mut hooks = OutboundHooks::new(
+            Arc::from("caller"),
+            vec![host("http://127.0.0.1:9")].into(),
+            Instant::now() + Duration::from_secs(5),
+        );
+        let mut open = Vec::new();
+        for _ in 0..MAX_REQUESTS_PER_CALL {
+            let none = Box::new(async { Ok(()) });
+            open.push(hooks.send_request(get("http://127.0.0.1:9/"), None, none));
+        }
+        let none = Box::new(async { Ok(()) });
+        let over = hooks.send_request(get("http://127.0.0.1:9/"), None, none);
+        assert!(matches!(
+            Box::into_pin(over).await,
+            Err(HttpError::ConnectionLimitReached)
+        ));
+        assert_eq!(hooks.open.load(Ordering::SeqCst), MAX_REQUESTS_PER_CALL);
+        drop(open.pop());
+        assert_eq!(
+            hooks.open.load(Ordering::SeqCst),
+            MAX_REQUESTS_PER_CALL - 1,
+            "a dropped request no longer counts"
+        );
+        let none = Box::new(async { Ok(()) });
+        let refused = hooks.send_request(get("http://127.0.0.1:10/"), None, none);
+        assert!(matches!(
+            Box::into_pin(refused).await,
+            Err(HttpError::HttpRequestDenied)
+        ));
     }
 
     #[test]

@@ -202,6 +202,17 @@ pub async fn failures_move_into_sql_with_their_attempts<H: Harness>() {
             .filter(|m| m.status == Status::Failed && m.attempts >= 1)
     })
     .await;
+    // Each move was counted: bad-1 as failed, flaky-1 and later-1 as retries.
+    let metrics = wharf_host::metrics::render();
+    for (status, n) in [("failed", 1), ("retry", 2)] {
+        let series = format!(
+            r#"wharf_moved_into_sql_total{{queue="export_order",provider="main",status="{status}"}} {n}"#
+        );
+        assert!(
+            metrics.lines().any(|l| l == series),
+            "{series} in\n{metrics}"
+        );
+    }
     host.shutdown().await;
 }
 
