@@ -32,12 +32,30 @@ pub struct Cli {
     /// Print machine-readable JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Log lines as JSON objects.
-    #[arg(long, global = true)]
+    /// Log line format: `text` or `json` (one JSON object per event).
+    #[arg(
+        long,
+        global = true,
+        env = "WHARF_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text
+    )]
+    pub log_format: LogFormat,
+    /// Same as `--log-format json`.
+    #[arg(long, global = true, hide = true)]
     pub log_json: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per event, with every field.
+    Json,
 }
 
 /// The subcommands.
@@ -99,12 +117,14 @@ fn init_logging(cli: &Cli) {
     } else {
         "warn,lapin=error"
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    // `WHARF_LOG` first, then `RUST_LOG`, e.g. `WHARF_LOG=info,wharf_host::dispatch=debug`.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WHARF_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    if cli.log_json {
+    if cli.log_json || cli.log_format == LogFormat::Json {
         builder.json().init();
     } else {
         builder.init();

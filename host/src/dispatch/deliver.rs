@@ -63,7 +63,7 @@ pub(crate) async fn precheck<S: Source>(
             match InboxKey::new(&binding.endpoint, &ids.check) {
                 Ok(key) => Some((key, ids.seen)),
                 Err(reason) => {
-                    tracing::warn!(queue = %p.name, endpoint = %binding.endpoint, message = %work.label, "inbox bypassed: {reason}; the handler runs without deduplication");
+                    tracing::warn!(queue = %p.name, endpoint = %binding.endpoint, delivery = %work.label, "inbox bypassed: {reason}; the handler runs without deduplication");
                     None
                 }
             }
@@ -161,7 +161,7 @@ pub(crate) async fn process<S: Source>(
             tracing::info!(
                 name: "duplicate_detected", target: "wharf::inbox",
                 queue = %p.name, endpoint = %binding.endpoint, provider,
-                message = %work.label, message_id = %key.message_id,
+                delivery = %work.label, message_id = %key.message_id,
                 "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
             );
             crate::metrics::duplicate_detected(&binding.endpoint, &p.name, provider);
@@ -270,22 +270,25 @@ fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {
             Disposition::Release => MessageOutcome::Released,
         },
     );
+    let handler = &*p.config.handler;
     match disposition {
         Disposition::Complete => {
-            tracing::debug!(%queue, message = %label, attempt, "message processed")
+            tracing::debug!(%queue, handler, delivery = %label, attempt, "message processed")
         }
         Disposition::Retry {
             error: Some(error),
             at_ms,
         } => {
-            tracing::warn!(%queue, message = %label, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
+            tracing::warn!(%queue, handler, delivery = %label, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
         }
         Disposition::Retry { error: None, at_ms } => {
-            tracing::debug!(%queue, message = %label, attempt, retry_at_ms = at_ms, "handler asked to run again later")
+            tracing::debug!(%queue, handler, delivery = %label, attempt, retry_at_ms = at_ms, "handler asked to run again later")
         }
         Disposition::Fail { error } => {
-            tracing::error!(%queue, message = %label, attempt, "message failed: {error}")
+            tracing::error!(%queue, handler, delivery = %label, attempt, "message failed: {error}")
         }
-        Disposition::Release => {}
+        Disposition::Release => {
+            tracing::debug!(%queue, handler, delivery = %label, attempt, "message released unprocessed")
+        }
     }
 }
