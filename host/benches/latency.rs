@@ -109,6 +109,7 @@ async fn measure(rate: u64, duration: Duration) {
         queue: Some("bench".into()),
         status: Some(Status::Processed),
         limit: u32::MAX,
+        ..Default::default()
     };
     let mut latencies: Vec<i64> = host
         .store

@@ -246,6 +246,7 @@ pub async fn messages(host: &RunningHost, queue: &str) -> Vec<StoredMessage> {
         queue: Some(queue.to_string()),
         status: None,
         limit: 1_000_000,
+        ..Default::default()
     };
     let mut all = host.store.list(&filter).await.expect("listing messages");
     all.reverse();

@@ -273,6 +273,7 @@ async fn two_hosts_split_the_partitions_and_one_killed_mid_load_loses_nothing() 
                 queue: Some("replies".into()),
                 status: None,
                 limit: 1_000_000,
+                ..Default::default()
             })
             .await
             .unwrap_or_default();

@@ -492,6 +492,7 @@ async fn sigkill_of_wharf_run_mid_load_loses_nothing() {
                 queue: Some("replies".into()),
                 status: None,
                 limit: 1_000_000,
+                ..Default::default()
             })
             .await
             .unwrap_or_default();

@@ -56,6 +56,7 @@ async fn shutdown_releases_what_does_not_finish_in_the_grace_period() {
             queue: None,
             status: None,
             limit: 100,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -288,6 +288,7 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
                 queue: queue.clone(),
                 status: status.as_deref().map(Status::parse),
                 limit: *limit,
+                ..Default::default()
             };
             let messages = store.list(&filter).await?;
             if cli.json {

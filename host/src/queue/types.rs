@@ -270,13 +270,17 @@ fn status_name<S: serde::Serializer>(status: &Status, s: S) -> Result<S::Ok, S::
     s.serialize_str(status.as_str())
 }
 
-/// Which messages to list.
-#[derive(Debug, Clone)]
+/// Which messages to list: newest first (by key, descending).
+#[derive(Debug, Clone, Default)]
 pub struct MessageFilter {
     /// Only this queue.
     pub queue: Option<String>,
     /// Only this status.
     pub status: Option<Status>,
+    /// Only messages with this MessageId.
+    pub id: Option<String>,
+    /// Only keys below this one: the cursor of the next page (the last key of the previous).
+    pub before_key: Option<i64>,
     /// At most this many.
     pub limit: u32,
 }

@@ -288,6 +288,7 @@ pub async fn a_poison_message_ends_failed_after_max_attempts<H: Harness>() {
                 queue: Some("stuck".into()),
                 status: Some(Status::Failed),
                 limit: 10,
+                ..Default::default()
             })
             .await
             .ok()?;
@@ -526,6 +527,7 @@ async fn messages_in(dir: &TestDir) -> Vec<wharf_host::queue::StoredMessage> {
             queue: None,
             status: None,
             limit: 100,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -115,6 +115,7 @@ macro_rules! conformance {
                 retention::history_keeps_the_newest_versions,
                 management::retry_resubmits_failed_messages,
                 management::move_and_delete_skip_leased_messages,
+                management::list_pages_by_cursor_and_filters_by_id,
             );
         )*
     };

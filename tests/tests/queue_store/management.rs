@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use wharf_host::queue::{Disposition, QueueStore, Selector, Status};
+use wharf_host::queue::{Disposition, MessageFilter, QueueStore, Selector, Status};
 
 use super::{message, settle, status_of};
 
@@ -72,4 +72,58 @@ pub async fn move_and_delete_skip_leased_messages(store: Arc<dyn QueueStore>) {
     );
     assert!(store.delete(b.key).await.unwrap());
     assert!(store.get(b.key).await.unwrap().is_none());
+}
+
+pub async fn list_pages_by_cursor_and_filters_by_id(store: Arc<dyn QueueStore>) {
+    let mut keys = Vec::new();
+    for n in 0..5 {
+        let id = (n == 2).then(|| "order-2".to_string());
+        keys.push(
+            store
+                .enqueue(
+                    "q",
+                    message(id.as_deref(), &format!("{{\"n\":{n}}}")),
+                    false,
+                )
+                .await
+                .unwrap()
+                .key,
+        );
+    }
+    store
+        .enqueue("other", message(None, "{}"), false)
+        .await
+        .unwrap();
+    let page = |before_key: Option<i64>| MessageFilter {
+        queue: Some("q".into()),
+        before_key,
+        limit: 2,
+        ..Default::default()
+    };
+    let first: Vec<i64> = store
+        .list(&page(None))
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.key)
+        .collect();
+    assert_eq!(first, vec![keys[4], keys[3]], "newest first");
+    let second: Vec<i64> = store
+        .list(&page(Some(keys[3])))
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.key)
+        .collect();
+    assert_eq!(second, vec![keys[2], keys[1]], "the page after the cursor");
+    let by_id = store
+        .list(&MessageFilter {
+            id: Some("order-2".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_id.len(), 1);
+    assert_eq!(by_id[0].key, keys[2]);
 }

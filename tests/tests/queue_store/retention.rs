@@ -100,6 +100,7 @@ pub async fn purge_by_age_and_count_is_bounded(store: Arc<dyn QueueStore>) {
             queue: Some("q".into()),
             status: None,
             limit: 100,
+            ..Default::default()
         })
         .await
         .unwrap();

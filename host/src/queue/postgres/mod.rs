@@ -511,11 +511,14 @@ impl QueueStore for PostgresStore {
         let rows = sqlx::query(
             "SELECT * FROM messages
              WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR status = $2)
+               AND ($4::text IS NULL OR message_id = $4) AND ($5::bigint IS NULL OR key < $5)
              ORDER BY key DESC LIMIT $3",
         )
         .bind(&filter.queue)
         .bind(filter.status.as_ref().map(|s| s.as_str().to_string()))
         .bind(filter.limit as i64)
+        .bind(&filter.id)
+        .bind(filter.before_key)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(stored).collect()
