@@ -76,7 +76,12 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
         config.storage.max_connections,
     )
     .await
-    .with_context(|| format!("opening the queue storage at {}", config.storage.url))?;
+    .with_context(|| {
+        format!(
+            "opening the queue storage at {}",
+            crate::config::redacted_url(&config.storage.url)
+        )
+    })?;
     let registry = Arc::new(
         HandlerRegistry::new(config.clone())
             .map_err(|e| anyhow::anyhow!("{e:#}"))
@@ -107,19 +112,21 @@ pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result
 
     let health = Arc::new(HealthRegistry::default());
     health.register("sql_storage", Arc::new(StoreHealth(store.clone())));
-    let (admin_addr, admin_task) = admin::serve(
-        config.host.admin_listen,
-        health.clone(),
-        registry.clone(),
-        shutdown.clone(),
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "binding the admin server to {} (host.admin_listen)",
-            config.host.admin_listen
-        )
-    })?;
+    let admin_state = admin::AppState {
+        health: health.clone(),
+        registry: registry.clone(),
+        store: store.clone(),
+        config: config.clone(),
+    };
+    let (admin_addr, admin_task) =
+        admin::serve(config.host.admin_listen, admin_state, shutdown.clone())
+            .await
+            .with_context(|| {
+                format!(
+                    "binding the admin server to {} (host.admin_listen)",
+                    config.host.admin_listen
+                )
+            })?;
     background.push(admin_task);
     tracing::info!(%admin_addr, "admin server listening");
 

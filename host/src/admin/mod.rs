@@ -1,7 +1,10 @@
 //! The admin HTTP server: `/healthz` (liveness), `/readyz` (named health checks as JSON,
-//! 503 when any fails), `/handlers` (the deployed handler versions) and `/metrics`
-//! (Prometheus text format).
+//! 503 when any fails), `/handlers` (the deployed handler versions), `/metrics`
+//! (Prometheus text format) and the message API under `/api/v1/` (behind the admin token
+//! when one is configured).
 
+pub mod api;
+mod auth;
 mod health;
 
 use std::net::SocketAddr;
@@ -15,8 +18,11 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use auth::token_matches;
 pub use health::{CheckReport, HealthCheck, HealthRegistry};
 
+use crate::config::Config;
+use crate::queue::QueueStore;
 use crate::runtime::HandlerRegistry;
 
 /// A deployed handler as `/handlers` reports it.
@@ -36,25 +42,36 @@ pub struct HandlerInfo {
     pub memory_limit: String,
 }
 
+/// What the admin server's handlers reach.
 #[derive(Clone)]
-struct AppState {
-    health: Arc<HealthRegistry>,
-    registry: Arc<HandlerRegistry>,
+pub struct AppState {
+    /// The health checks.
+    pub health: Arc<HealthRegistry>,
+    /// The deployed handlers.
+    pub registry: Arc<HandlerRegistry>,
+    /// The SQL queue store.
+    pub store: Arc<dyn QueueStore>,
+    /// The configuration (queues, admin token).
+    pub config: Arc<Config>,
 }
 
 /// Bind `addr` and serve until `shutdown`. Returns the bound address (useful with port 0).
 pub async fn serve(
     addr: SocketAddr,
-    health: Arc<HealthRegistry>,
-    registry: Arc<HandlerRegistry>,
+    state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let protected = api::routes().layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_token,
+    ));
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/handlers", get(handlers))
         .route("/metrics", get(|| async { crate::metrics::render() }))
-        .with_state(AppState { health, registry });
+        .nest("/api/v1", protected)
+        .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {

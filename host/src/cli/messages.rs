@@ -116,7 +116,12 @@ async fn open_store(cli: &Cli) -> anyhow::Result<(crate::Config, Arc<dyn QueueSt
     let config = load_config(&cli.config)?;
     let store = queue::open(&config.storage.url, config.storage.schema.as_deref(), 2)
         .await
-        .with_context(|| format!("opening the queue storage at {}", config.storage.url))?;
+        .with_context(|| {
+            format!(
+                "opening the queue storage at {}",
+                crate::config::redacted_url(&config.storage.url)
+            )
+        })?;
     Ok((config, store))
 }
 

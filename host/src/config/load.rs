@@ -81,6 +81,7 @@ impl Config {
                 ConfigError::key(path, key, e.inner().to_string())
             })?;
         config.source = path.to_path_buf();
+        config.admin.resolve(env(super::TOKEN_ENV));
         config.resolve_paths();
         config.validate()?;
         Ok(config)
@@ -129,7 +130,10 @@ impl Config {
             return Err(ConfigError::key(
                 file,
                 "storage.url",
-                format!("`{url}` is not a `sqlite://PATH` or `postgres://…` URL"),
+                format!(
+                    "`{}` is not a `sqlite://PATH` or `postgres://…` URL",
+                    super::redacted_url(url)
+                ),
             ));
         }
         if self.storage.max_connections == 0 {
@@ -145,6 +149,9 @@ impl Config {
                 "host.max_instances",
                 "must be at least 1",
             ));
+        }
+        if let Some(reason) = self.admin.refusal(self.host.admin_listen) {
+            return Err(ConfigError::key(file, "admin.token", reason));
         }
         if self.host.metrics_interval.is_zero() {
             return Err(ConfigError::key(

@@ -1,11 +1,13 @@
 //! The `wharf.toml` schema: every key, its default, and validation with errors that name
 //! the file, the key and the reason. Loading (interpolation, parsing) lives in [`load`].
 
+mod admin;
 pub(crate) mod duration;
 mod external;
 mod interpolate;
 mod load;
 mod providers;
+mod secret;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,9 +17,11 @@ use std::time::Duration;
 use bytesize::ByteSize;
 use serde::Deserialize;
 
+pub use admin::{AdminConfig, TOKEN_ENV};
 pub use external::{ExternalConfig, ProviderConfig, QueueStorage};
 pub use load::ConfigError;
 pub(crate) use load::is_valid_name;
+pub use secret::{Secret, redacted_url};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
@@ -47,6 +51,9 @@ pub struct Config {
     /// `[external]`: settings shared by the external providers.
     #[serde(default)]
     pub external: ExternalConfig,
+    /// `[admin]`: the admin API's token.
+    #[serde(default)]
+    pub admin: AdminConfig,
 }
 
 /// `[inbox]`: where consumer-inbox records can be kept. The SQL store (the `[storage]`
@@ -398,6 +405,7 @@ impl Config {
             inbox: InboxStoresConfig::default(),
             providers: BTreeMap::new(),
             external: ExternalConfig::default(),
+            admin: AdminConfig::default(),
         }
     }
 

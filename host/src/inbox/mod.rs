@@ -192,7 +192,7 @@ impl InboxStores {
                         .with_context(|| {
                             format!(
                                 "connecting the inbox to Redis at {} (inbox.redis.url)",
-                                redis.url
+                                crate::config::redacted_url(&redis.url)
                             )
                         })?;
                     stores.redis = Some(Arc::new(store));

@@ -1,0 +1,287 @@
+//! The message API under `/api/v1/`: queues with their counts by status, messages filtered
+//! by queue, status and MessageId with cursor pagination, one message with its history,
+//! retry / move / delete (one message, or every message of a queue in a status), and the
+//! deployed handlers. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::{AppState, HandlerInfo, handler_info};
+use crate::queue::{HistoryEntry, MessageFilter, QueueError, Selector, Status, StoredMessage};
+
+/// Most messages one page lists.
+pub const MAX_PAGE: u32 = 500;
+
+/// The API's routes (mounted under `/api/v1`).
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/queues", get(queues))
+        .route("/messages", get(messages))
+        .route("/messages/retry", post(retry_all))
+        .route("/messages/{key}", get(message).delete(delete))
+        .route("/messages/{key}/retry", post(retry))
+        .route("/messages/{key}/move", post(move_to))
+        .route("/handlers", get(handlers))
+        .fallback(|| async { ApiError::not_found("no such API endpoint".to_string()) })
+}
+
+/// An API error: a status and a message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: String) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message,
+        }
+    }
+    fn not_found(message: String) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message,
+        }
+    }
+}
+
+impl From<QueueError> for ApiError {
+    fn from(e: QueueError) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: format!("the queue storage failed: {e}"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+/// One configured queue.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct QueueInfo {
+    /// Queue name.
+    pub name: String,
+    /// The handler bound to it.
+    pub handler: String,
+    /// Whether that handler is deployed now.
+    pub handler_deployed: bool,
+    /// `sql` or `external`.
+    pub storage: String,
+    /// The provider of an external queue.
+    pub provider: Option<String>,
+    /// Messages in the SQL queue by status.
+    pub counts: BTreeMap<String, u64>,
+}
+
+async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
+    let mut out = Vec::new();
+    for (name, queue) in &state.config.queues {
+        let counts = state.store.counts(name).await?;
+        out.push(QueueInfo {
+            name: name.clone(),
+            handler: queue.handler.clone(),
+            handler_deployed: state.registry.get(&queue.handler).is_some(),
+            storage: format!("{:?}", queue.storage).to_lowercase(),
+            provider: queue.provider.clone(),
+            counts: counts
+                .into_iter()
+                .map(|(s, n)| (s.as_str().to_string(), n))
+                .collect(),
+        });
+    }
+    Ok(Json(out))
+}
+
+/// `GET /messages` parameters.
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    queue: Option<String>,
+    status: Option<String>,
+    id: Option<String>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<i64>,
+    limit: Option<u32>,
+}
+
+/// One page of messages, newest first.
+#[derive(Debug, Serialize)]
+pub struct MessagePage {
+    /// The messages.
+    pub messages: Vec<StoredMessage>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<i64>,
+}
+
+async fn messages(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> ApiResult<MessagePage> {
+    let limit = query.limit.unwrap_or(50);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::bad_request(format!(
+            "limit must be between 1 and {MAX_PAGE}, not {limit}"
+        )));
+    }
+    if let Some(queue) = &query.queue {
+        known_queue(&state, queue)?;
+    }
+    let filter = MessageFilter {
+        queue: query.queue,
+        status: query.status.as_deref().map(Status::parse),
+        id: query.id,
+        before_key: query.cursor,
+        limit: limit + 1,
+    };
+    let mut messages = state.store.list(&filter).await?;
+    let next_cursor = if messages.len() > limit as usize {
+        messages.truncate(limit as usize);
+        messages.last().map(|m| m.key)
+    } else {
+        None
+    };
+    Ok(Json(MessagePage {
+        messages,
+        next_cursor,
+    }))
+}
+
+fn known_queue(state: &AppState, queue: &str) -> Result<(), ApiError> {
+    if state.config.queues.contains_key(queue) {
+        return Ok(());
+    }
+    let known: Vec<&str> = state.config.queues.keys().map(String::as_str).collect();
+    Err(ApiError::not_found(format!(
+        "no queue `{queue}` is configured (known: {})",
+        known.join(", ")
+    )))
+}
+
+/// One message and the earlier versions of its MessageId.
+#[derive(Debug, Serialize)]
+pub struct MessageDetail {
+    /// The message.
+    pub message: StoredMessage,
+    /// Earlier versions kept for its MessageId, oldest first (empty without an id).
+    pub history: Vec<HistoryEntry>,
+}
+
+async fn stored(state: &AppState, key: i64) -> Result<StoredMessage, ApiError> {
+    state
+        .store
+        .get(key)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no message with key {key}")))
+}
+
+async fn message(State(state): State<AppState>, Path(key): Path<i64>) -> ApiResult<MessageDetail> {
+    let message = stored(&state, key).await?;
+    let history = match &message.id {
+        Some(id) => state.store.history(&message.queue, id).await?,
+        None => Vec::new(),
+    };
+    Ok(Json(MessageDetail { message, history }))
+}
+
+/// What a management call changed.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Changed {
+    /// Messages changed.
+    pub changed: u64,
+}
+
+async fn retry(State(state): State<AppState>, Path(key): Path<i64>) -> ApiResult<Changed> {
+    stored(&state, key).await?;
+    let changed = state.store.retry(&Selector::Key(key)).await?;
+    Ok(Json(Changed { changed }))
+}
+
+/// `POST /messages/retry` parameters: every message of `queue` in `status`.
+#[derive(Debug, Deserialize)]
+struct RetryAllQuery {
+    queue: String,
+    status: String,
+}
+
+async fn retry_all(
+    State(state): State<AppState>,
+    Query(query): Query<RetryAllQuery>,
+) -> ApiResult<Changed> {
+    known_queue(&state, &query.queue)?;
+    let selector = Selector::QueueStatus {
+        queue: query.queue,
+        status: Status::parse(&query.status),
+    };
+    let changed = state.store.retry(&selector).await?;
+    Ok(Json(Changed { changed }))
+}
+
+/// `POST /messages/{key}/move` body.
+#[derive(Debug, Deserialize)]
+struct MoveBody {
+    status: String,
+}
+
+async fn move_to(
+    State(state): State<AppState>,
+    Path(key): Path<i64>,
+    body: Result<Json<MoveBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult<Changed> {
+    let Json(body) = body.map_err(|e| {
+        ApiError::bad_request(format!("the body must be {{\"status\": \"…\"}}: {e}"))
+    })?;
+    if body.status.trim().is_empty() || body.status == "processing" {
+        return Err(ApiError::bad_request(format!(
+            "cannot move a message to `{}`",
+            body.status
+        )));
+    }
+    stored(&state, key).await?;
+    let moved = state
+        .store
+        .move_to(key, &Status::parse(&body.status))
+        .await?;
+    if !moved {
+        return Err(ApiError {
+            status: StatusCode::CONFLICT,
+            message: format!("message {key} is being processed: try again when it settles"),
+        });
+    }
+    Ok(Json(Changed { changed: 1 }))
+}
+
+async fn delete(State(state): State<AppState>, Path(key): Path<i64>) -> ApiResult<Changed> {
+    stored(&state, key).await?;
+    if !state.store.delete(key).await? {
+        return Err(ApiError {
+            status: StatusCode::CONFLICT,
+            message: format!("message {key} is being processed: try again when it settles"),
+        });
+    }
+    Ok(Json(Changed { changed: 1 }))
+}
+
+async fn handlers(State(state): State<AppState>) -> Json<Vec<HandlerInfo>> {
+    Json(
+        state
+            .registry
+            .list()
+            .iter()
+            .map(|h| handler_info(h))
+            .collect(),
+    )
+}

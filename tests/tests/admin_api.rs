@@ -1,0 +1,316 @@
+//! The message API under `/api/v1/`: every endpoint against a running host, errors as JSON
+//! naming what was wrong, and the admin token (refused without it or with a wrong one;
+//! health and metrics stay open).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wharf_host::enqueue::Enqueuer;
+use wharf_host::queue::Status;
+use wharf_tests::{TestDir, msg, wait_status};
+
+const T: Duration = Duration::from_secs(30);
+
+/// One answer: status and JSON body.
+struct Answer {
+    status: u16,
+    body: Value,
+}
+
+/// Call the admin server of `host` (`method`, `path`, optional JSON `body` and token).
+async fn call(
+    host: &wharf_host::RunningHost,
+    method: &'static str,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> Answer {
+    let url = format!("http://{}{path}", host.admin_addr);
+    let token = token.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut response = match method {
+            "GET" | "DELETE" => {
+                let mut request = if method == "GET" {
+                    agent.get(&url)
+                } else {
+                    agent.delete(&url)
+                };
+                if let Some(auth) = &auth {
+                    request = request.header("Authorization", auth);
+                }
+                request.call()
+            }
+            _ => {
+                let mut request = agent.post(&url).content_type("application/json");
+                if let Some(auth) = &auth {
+                    request = request.header("Authorization", auth);
+                }
+                request.send(body.map(|b| b.to_string()).unwrap_or_default())
+            }
+        }
+        .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Answer { status, body }
+    })
+    .await
+    .unwrap()
+}
+
+async fn get(host: &wharf_host::RunningHost, path: &str) -> Answer {
+    call(host, "GET", path, None, None).await
+}
+
+const QUEUES: &str = r#"
+[queues.work]
+handler = "flaky"
+max_attempts = 1
+
+[queues.parked]
+handler = "not-deployed"
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_answers_and_errors_name_the_problem() {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(QUEUES).await;
+    let ok = host
+        .router
+        .enqueue("work", msg(json!({"n": 1})))
+        .await
+        .unwrap();
+    let bad = host
+        .router
+        .enqueue("work", msg(json!({"permanent": "bad sku"})))
+        .await
+        .unwrap();
+    wait_status(&host, ok.key, Status::Processed, T).await;
+    wait_status(&host, bad.key, Status::Failed, T).await;
+    let mut parked = Vec::new();
+    for n in 0..5 {
+        let m = wharf_host::queue::NewMessage {
+            id: Some(format!("p-{n}")),
+            ..msg(json!({ "n": n }))
+        };
+        parked.push(host.router.enqueue("parked", m).await.unwrap().key);
+    }
+
+    // Queues with counts by status.
+    let queues = get(&host, "/api/v1/queues").await;
+    assert_eq!(queues.status, 200, "{}", queues.body);
+    let work = queues
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "work")
+        .unwrap();
+    assert_eq!(work["counts"], json!({"processed": 1, "failed": 1}));
+    assert_eq!(work["handler_deployed"], true);
+    let idle = queues
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "parked")
+        .unwrap();
+    assert_eq!(idle["counts"], json!({"pending": 5}));
+    assert_eq!(idle["handler_deployed"], false);
+
+    // Filtered, paged listing: 5 pending in pages of 2.
+    let mut seen = Vec::new();
+    let mut cursor = None::<i64>;
+    loop {
+        let path = match cursor {
+            Some(c) => format!("/api/v1/messages?queue=parked&status=pending&limit=2&cursor={c}"),
+            None => "/api/v1/messages?queue=parked&status=pending&limit=2".to_string(),
+        };
+        let page = get(&host, &path).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        for m in page.body["messages"].as_array().unwrap() {
+            seen.push(m["key"].as_i64().unwrap());
+        }
+        match page.body["next_cursor"].as_i64() {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let mut expected = parked.clone();
+    expected.reverse();
+    assert_eq!(seen, expected, "every message once, newest first");
+    let by_id = get(&host, "/api/v1/messages?id=p-3").await;
+    assert_eq!(by_id.body["messages"][0]["key"], parked[3]);
+
+    // One message with payload, error and history.
+    let one = get(&host, &format!("/api/v1/messages/{}", bad.key)).await;
+    assert_eq!(one.status, 200);
+    assert_eq!(one.body["message"]["status"], "failed");
+    assert!(
+        one.body["message"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("bad sku")
+    );
+    assert_eq!(one.body["history"], json!([]));
+
+    // Retry the failed one: it runs again (and fails again: the payload is still bad).
+    let retried = call(
+        &host,
+        "POST",
+        &format!("/api/v1/messages/{}/retry", bad.key),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (retried.status, retried.body["changed"].clone()),
+        (200, json!(1))
+    );
+    wait_status(&host, bad.key, Status::Failed, T).await;
+    let all = call(
+        &host,
+        "POST",
+        "/api/v1/messages/retry?queue=work&status=failed",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(all.body["changed"], 1, "{}", all.body);
+
+    // Move and delete.
+    let moved = call(
+        &host,
+        "POST",
+        &format!("/api/v1/messages/{}/move", parked[0]),
+        Some(json!({"status": "on-hold"})),
+        None,
+    )
+    .await;
+    assert_eq!(moved.status, 200, "{}", moved.body);
+    assert_eq!(
+        host.store.get(parked[0]).await.unwrap().unwrap().status,
+        Status::parse("on-hold")
+    );
+    let deleted = call(
+        &host,
+        "DELETE",
+        &format!("/api/v1/messages/{}", parked[1]),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(deleted.status, 200);
+    assert!(host.store.get(parked[1]).await.unwrap().is_none());
+
+    // Handlers.
+    let handlers = get(&host, "/api/v1/handlers").await;
+    assert_eq!(handlers.body[0]["name"], "flaky");
+    assert_eq!(handlers.body[0]["sha256"].as_str().unwrap().len(), 64);
+
+    // Errors are JSON and name what was wrong.
+    let cases = [
+        (
+            "GET",
+            "/api/v1/messages?queue=nope".to_string(),
+            None,
+            404,
+            "no queue `nope`",
+        ),
+        (
+            "GET",
+            "/api/v1/messages?limit=0".to_string(),
+            None,
+            400,
+            "limit must be between 1 and 500",
+        ),
+        (
+            "GET",
+            "/api/v1/messages/999999".to_string(),
+            None,
+            404,
+            "no message with key 999999",
+        ),
+        (
+            "DELETE",
+            "/api/v1/messages/999999".to_string(),
+            None,
+            404,
+            "no message with key 999999",
+        ),
+        (
+            "POST",
+            format!("/api/v1/messages/{}/move", parked[2]),
+            Some(json!({"wrong": 1})),
+            400,
+            "the body must be",
+        ),
+        (
+            "POST",
+            format!("/api/v1/messages/{}/move", parked[2]),
+            Some(json!({"status": "processing"})),
+            400,
+            "cannot move a message to `processing`",
+        ),
+        (
+            "GET",
+            "/api/v1/nothing-here".to_string(),
+            None,
+            404,
+            "no such API endpoint",
+        ),
+    ];
+    for (method, path, body, status, text) in cases {
+        let answer = call(&host, method, &path, body, None).await;
+        assert_eq!(answer.status, status, "{method} {path}: {}", answer.body);
+        let error = answer.body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(text), "{method} {path}: {error}");
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_guards_the_api_but_not_health_or_metrics() {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir
+        .start(&format!("[admin]\ntoken = \"s3cret-token\"\n{QUEUES}"))
+        .await;
+    let without = get(&host, "/api/v1/queues").await;
+    assert_eq!(without.status, 401);
+    assert!(
+        without.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("Authorization: Bearer"),
+        "{}",
+        without.body
+    );
+    let wrong = call(&host, "GET", "/api/v1/queues", None, Some("guess")).await;
+    assert_eq!(wrong.status, 401);
+    assert_eq!(wrong.body["error"], "the admin token is wrong");
+    let refused_delete = call(
+        &host,
+        "DELETE",
+        "/api/v1/messages/1",
+        None,
+        Some("s3cret-tokeN"),
+    )
+    .await;
+    assert_eq!(refused_delete.status, 401);
+    let right = call(&host, "GET", "/api/v1/queues", None, Some("s3cret-token")).await;
+    assert_eq!(right.status, 200, "{}", right.body);
+    assert!(
+        !right.body.to_string().contains("s3cret"),
+        "the token never appears in answers"
+    );
+    assert_eq!(get(&host, "/healthz").await.status, 200);
+    assert_eq!(get(&host, "/metrics").await.status, 200);
+    host.shutdown().await;
+}
