@@ -86,6 +86,8 @@ pub struct QueueInfo {
     pub provider: Option<String>,
     /// Messages in the SQL queue by status.
     pub counts: BTreeMap<String, u64>,
+    /// Processed and failed per second over the last minute.
+    pub rates: crate::metrics::Rates,
 }
 
 async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
@@ -102,6 +104,7 @@ async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
                 .into_iter()
                 .map(|(s, n)| (s.as_str().to_string(), n))
                 .collect(),
+            rates: crate::metrics::rates(name),
         });
     }
     Ok(Json(out))

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One named check.
 #[async_trait]
@@ -15,7 +15,7 @@ pub trait HealthCheck: Send + Sync + 'static {
 }
 
 /// The result of one check.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckReport {
     /// Whether it passed.
     pub healthy: bool,

@@ -3,9 +3,9 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Subcommand;
 
+use super::client::AdminClient;
 use super::format::{print_json, table};
 use super::scaffold::{Lang, build_command, write_project};
 use super::{Cli, load_config};
@@ -43,19 +43,7 @@ pub async fn run(cli: &Cli, cmd: &HandlersCommand) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let config = load_config(&cli.config)?;
-    let url = format!("http://{}/handlers", config.host.admin_listen);
-    let body = tokio::task::spawn_blocking({
-        let url = url.clone();
-        move || -> Result<String, ureq::Error> {
-            ureq::get(&url).call()?.body_mut().read_to_string()
-        }
-    })
-    .await?
-    .with_context(|| {
-        format!("no Wharf host answers at {url} (is `wharf run` running with this config?)")
-    })?;
-    let handlers: Vec<HandlerInfo> =
-        serde_json::from_str(&body).with_context(|| format!("unexpected answer from {url}"))?;
+    let handlers: Vec<HandlerInfo> = AdminClient::new(&config).get("/handlers").await?;
     if cli.json {
         print_json(&handlers)?;
     } else {

@@ -2,11 +2,13 @@
 //! `config check`. Human-readable tables by default, `--json` for scripts.
 
 mod bulk;
+mod client;
 mod format;
 mod handlers;
 mod messages;
 mod run;
 mod scaffold;
+mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,6 +73,8 @@ pub enum Command {
     /// Inspect deployed handlers (asks the running host).
     #[command(subcommand)]
     Handlers(handlers::HandlersCommand),
+    /// One screen from the running host: readiness, queues with counts and rates, handlers.
+    Status,
     /// Work with the configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -168,5 +172,6 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Enqueue(args) => messages::enqueue(&cli, args).await,
         Command::Messages(cmd) => messages::run(&cli, cmd).await,
         Command::Handlers(cmd) => handlers::run(&cli, cmd).await,
+        Command::Status => status::run(&cli).await,
     }
 }

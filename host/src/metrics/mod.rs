@@ -1,9 +1,14 @@
 //! Prometheus metrics, served by the admin server on `/metrics`: what happened to messages,
 //! how long handlers and instantiation took, enqueue→settled latency, deploys, inbox work,
 //! and gauges (queue depth by status, external depth, health) sampled by a background task,
-//! never computed per scrape. Labels are bounded: queue, provider, endpoint and health-check
-//! names from the configuration, handler names from the handlers directory, and fixed
-//! outcome/status words — never message ids. The README lists every metric.
+//! never computed per scrape; and recent rates per queue ([`rates`]) for the API. Labels are
+//! bounded: queue, provider, endpoint and health-check names from the configuration, handler
+//! names from the handlers directory, and fixed outcome/status words — never message ids.
+//! The README lists every metric.
+
+mod rates;
+
+pub use rates::{Rates, rates};
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};
@@ -91,6 +96,11 @@ impl MessageOutcome {
 
 /// Count one delivery's outcome on `queue`.
 pub fn message(queue: &str, outcome: MessageOutcome) {
+    match outcome {
+        MessageOutcome::Processed => rates::bump(queue, false),
+        MessageOutcome::Failed => rates::bump(queue, true),
+        _ => {}
+    }
     metrics::counter!(
         "wharf_messages_total",
         "queue" => queue.to_string(),
@@ -205,6 +215,7 @@ const STATUSES: [&str; 6] = [
 /// One sampling pass; `seen` keeps the statuses each queue has reported, so a custom status
 /// that empties drops to zero instead of keeping its last value.
 async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>) {
+    rates::snapshot();
     for (queue, external) in &sampled.queues {
         match sampled.store.counts(queue).await {
             Ok(counts) => {
