@@ -80,6 +80,7 @@ handler = "not-deployed"
 async fn every_endpoint_answers_and_errors_name_the_problem() {
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");
+    dir.deploy_bytes("broken", b"not a component");
     let host = dir.start(QUEUES).await;
     let ok = host
         .router
@@ -213,6 +214,32 @@ async fn every_endpoint_answers_and_errors_name_the_problem() {
     let handlers = get(&host, "/api/v1/handlers").await;
     assert_eq!(handlers.body[0]["name"], "flaky");
     assert_eq!(handlers.body[0]["sha256"].as_str().unwrap().len(), 64);
+
+    // The deploy log: accepted and rejected files, the reason of a rejection.
+    let deploys = get(&host, "/api/v1/deploys").await;
+    let events = deploys.body.as_array().unwrap();
+    let flaky = events.iter().find(|e| e["handler"] == "flaky").unwrap();
+    assert_eq!(flaky["result"], "deployed");
+    assert_eq!(flaky["sha256"], handlers.body[0]["sha256"]);
+    let broken = events.iter().find(|e| e["handler"] == "broken").unwrap();
+    assert_eq!(broken["result"], "rejected");
+    assert!(
+        broken["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid WebAssembly component"),
+        "{broken}"
+    );
+
+    // The OpenAPI document is served, and each of its parameterless GETs answers.
+    let doc = get(&host, "/api/v1/openapi.json").await;
+    assert_eq!(doc.body["openapi"], "3.1.0");
+    for (path, operations) in doc.body["paths"].as_object().unwrap() {
+        if operations.get("get").is_some() && !path.contains('{') {
+            let answer = get(&host, &format!("/api/v1{path}")).await;
+            assert_eq!(answer.status, 200, "GET {path}: {}", answer.body);
+        }
+    }
 
     // Errors are JSON and name what was wrong.
     let cases = [

@@ -1,7 +1,7 @@
 //! The message API under `/api/v1/`: queues with their counts by status, messages filtered
 //! by queue, status and MessageId with cursor pagination, one message with its history,
-//! retry / move / delete (one message, or every message of a queue in a status), and the
-//! deployed handlers. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
+//! retry / move / delete (one message, or every message of a queue in a status), the
+//! deployed handlers and the deploy log. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +28,8 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/messages/{key}/retry", post(retry))
         .route("/messages/{key}/move", post(move_to))
         .route("/handlers", get(handlers))
+        .route("/deploys", get(deploys))
+        .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::not_found("no such API endpoint".to_string()) })
 }
 
@@ -287,4 +289,54 @@ async fn handlers(State(state): State<AppState>) -> Json<Vec<HandlerInfo>> {
             .map(|h| handler_info(h))
             .collect(),
     )
+}
+
+async fn deploys(State(state): State<AppState>) -> Json<Vec<crate::runtime::DeployEvent>> {
+    Json(state.registry.deploys.recent())
+}
+
+/// The OpenAPI document of this API (kept in sync with the routes by a test).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+async fn openapi() -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// Every `.route("PATH", get(..).delete(..))` of [`super::routes`], as (method, path).
+    fn routed() -> BTreeSet<(String, String)> {
+        let source = include_str!("api.rs");
+        let body = &source[source.find("fn routes()").unwrap()..];
+        let body = &body[..body.find(".fallback(").unwrap()];
+        let mut out = BTreeSet::new();
+        for call in body.split(".route(").skip(1) {
+            let path = call.split('"').nth(1).unwrap().to_string();
+            for method in ["get", "post", "delete", "put", "patch"] {
+                if call.contains(&format!("{method}(")) {
+                    out.insert((method.to_string(), path.replace(['{', '}'], "")));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_openapi_document_lists_exactly_the_routes() {
+        let doc: serde_json::Value = serde_json::from_str(super::OPENAPI).unwrap();
+        let mut documented = BTreeSet::new();
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            for method in operations.as_object().unwrap().keys() {
+                documented.insert((method.clone(), path.replace(['{', '}'], "")));
+            }
+        }
+        let routed = routed();
+        assert!(routed.len() >= 10, "{routed:?}");
+        assert_eq!(documented, routed, "openapi.json and routes() differ");
+    }
 }

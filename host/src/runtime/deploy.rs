@@ -14,6 +14,7 @@ use std::time::Duration;
 use notify_debouncer_mini::{DebounceEventResult, new_debouncer, notify::RecursiveMode};
 use tokio_util::sync::CancellationToken;
 
+use super::deploy_log::DeployResult;
 use super::registry::{HandlerRegistry, LoadOutcome, Origin};
 
 /// Load every handler file in `dir` (creating `dir` if missing). Failures are logged.
@@ -79,6 +80,9 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
     if !path.exists() {
         if registry.remove(&name) {
             crate::metrics::deploy(&name, "removed");
+            registry
+                .deploys
+                .record(&name, &path, DeployResult::Removed, None, None);
             tracing::warn!(handler = %name, file = %path.display(), "handler file removed: no new messages are dispatched to it; its messages stay pending");
         }
         return false;
@@ -99,6 +103,13 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
                 Origin::Shared => "shared with an identical handler",
             };
             crate::metrics::deploy(&name, "deployed");
+            registry.deploys.record(
+                &name,
+                &path,
+                DeployResult::Deployed,
+                Some(hash.clone()),
+                None,
+            );
             tracing::info!(
                 handler = %name, file = %path.display(), sha256 = &hash[..16],
                 source, millis,
@@ -109,6 +120,13 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
         Ok(Ok(LoadOutcome::Unchanged { .. })) => true,
         Ok(Err(e)) => {
             crate::metrics::deploy(&name, "rejected");
+            registry.deploys.record(
+                &name,
+                &path,
+                DeployResult::Rejected,
+                None,
+                Some(e.to_string()),
+            );
             let serving = registry.get(&name);
             match &serving {
                 Some(old) => {

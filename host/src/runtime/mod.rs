@@ -4,6 +4,7 @@
 mod bindings;
 mod cache;
 pub mod deploy;
+mod deploy_log;
 mod engine;
 mod invoke;
 mod memory;
@@ -12,6 +13,7 @@ mod output;
 mod registry;
 
 pub use bindings::{EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome};
+pub use deploy_log::{DeployEvent, DeployLog, DeployResult};
 pub use engine::EPOCH_TICK;
 pub use invoke::{InvokeError, InvokeResult, invoke};
 pub use outbound::{BadOutboundHost, OutboundHost};

@@ -16,6 +16,7 @@ use wasmtime::component::Linker;
 use super::bindings::{HandlerPre, HostState, add_to_linker};
 use super::cache::ComponentCache;
 pub use super::cache::Origin;
+use super::deploy_log::DeployLog;
 use super::engine::{EpochTicker, build_engine};
 use super::memory::largest_initial_memory;
 use super::outbound::OutboundHost;
@@ -138,6 +139,8 @@ pub struct HandlerRegistry {
     cache: ComponentCache,
     handlers: ArcSwap<HashMap<String, Arc<LoadedHandler>>>,
     changes: tokio::sync::watch::Sender<u64>,
+    /// The recent deploys, rejections and removals.
+    pub deploys: DeployLog,
     _ticker: EpochTicker,
 }
 
@@ -159,6 +162,7 @@ impl HandlerRegistry {
             cache,
             handlers: ArcSwap::from_pointee(HashMap::new()),
             changes: tokio::sync::watch::channel(0).0,
+            deploys: DeployLog::default(),
         })
     }
 
