@@ -13,6 +13,7 @@ pub mod host;
 pub mod inbox;
 pub mod metrics;
 pub mod queue;
+pub mod replay;
 pub mod runtime;
 
 pub use config::Config;

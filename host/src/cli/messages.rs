@@ -112,7 +112,7 @@ pub enum MessagesCommand {
     },
 }
 
-async fn open_store(cli: &Cli) -> anyhow::Result<(crate::Config, Arc<dyn QueueStore>)> {
+pub(super) async fn open_store(cli: &Cli) -> anyhow::Result<(crate::Config, Arc<dyn QueueStore>)> {
     let config = load_config(&cli.config)?;
     let store = queue::open(&config.storage.url, config.storage.schema.as_deref(), 2)
         .await

@@ -6,6 +6,7 @@ mod client;
 mod format;
 mod handlers;
 mod messages;
+mod replay;
 mod run;
 mod scaffold;
 mod status;
@@ -75,6 +76,8 @@ pub enum Command {
     Handlers(handlers::HandlersCommand),
     /// One screen from the running host: readiness, queues with counts and rates, handlers.
     Status,
+    /// Run stored messages against a candidate component, without side effects.
+    Replay(replay::ReplayArgs),
     /// Work with the configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -173,5 +176,6 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Messages(cmd) => messages::run(&cli, cmd).await,
         Command::Handlers(cmd) => handlers::run(&cli, cmd).await,
         Command::Status => status::run(&cli).await,
+        Command::Replay(args) => replay::run(&cli, args).await,
     }
 }

@@ -1,0 +1,213 @@
+//! Replay: run stored messages (any status) against a candidate component, in the sandbox
+//! and limits of the queue's handler, without side effects. The candidate's `host.enqueue`
+//! calls are captured and reported, never executed; its log lines are captured; the stored
+//! messages are not touched. Each result stands next to the outcome the message last had.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::Serialize;
+use tracing::instrument::WithSubscriber;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+use crate::config::Config;
+use crate::enqueue::{EnqueueError, Enqueuer};
+use crate::queue::{EnqueueStatus, Enqueued, NewMessage, StoredMessage};
+use crate::runtime::{HandlerError, HandlerRegistry, InvokeError, Message, Outcome, invoke};
+
+/// Why a replay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The message's queue is not configured.
+    #[error("message {key} is in queue `{queue}`, which is not configured")]
+    UnknownQueue {
+        /// The message key.
+        key: i64,
+        /// Its queue.
+        queue: String,
+    },
+    /// The candidate file could not be deployed.
+    #[error("the candidate cannot run as handler `{handler}`: {reason}")]
+    Candidate {
+        /// The queue's handler name.
+        handler: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An enqueue the candidate asked for (captured, not executed).
+#[derive(Debug, Clone, Serialize)]
+pub struct CapturedEnqueue {
+    /// The target queue.
+    pub queue: String,
+    /// The payload.
+    pub payload: String,
+    /// The MessageId asked for.
+    pub id: Option<String>,
+}
+
+/// The result of one message against the candidate.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayResult {
+    /// The message key.
+    pub key: i64,
+    /// Its queue.
+    pub queue: String,
+    /// Its stored status.
+    pub status: String,
+    /// Its last recorded outcome or error.
+    pub last: Option<String>,
+    /// What the candidate did: `completed`, `pending-handoff`, `retry-after N ms`,
+    /// `transient: …`, `permanent: …`, or the trap / timeout.
+    pub candidate: String,
+    /// Whether the candidate succeeded (completed or handed off).
+    pub succeeded: bool,
+    /// The enqueues it asked for.
+    pub enqueues: Vec<CapturedEnqueue>,
+    /// Its log lines (`host.log`, stdout, stderr).
+    pub logs: Vec<String>,
+}
+
+/// Captures enqueues instead of executing them.
+#[derive(Default)]
+struct Capture(Mutex<Vec<CapturedEnqueue>>);
+
+#[async_trait]
+impl Enqueuer for Capture {
+    async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
+        self.0.lock().expect("capture").push(CapturedEnqueue {
+            queue: queue.to_string(),
+            payload: message.payload,
+            id: message.id,
+        });
+        Ok(Enqueued {
+            key: 0,
+            status: EnqueueStatus::Added,
+        })
+    }
+}
+
+/// Collects the guest's log lines (target `wharf::guest`).
+#[derive(Clone, Default)]
+struct GuestLogs(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for GuestLogs {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        if event.metadata().target() != "wharf::guest" {
+            return;
+        }
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        let level = event.metadata().level().as_str().to_lowercase();
+        self.0
+            .lock()
+            .expect("logs")
+            .push(format!("{level}: {}", text.0));
+    }
+}
+
+/// Runs messages against one candidate file.
+pub struct Replayer {
+    config: Arc<Config>,
+    candidate: Vec<u8>,
+    registry: HandlerRegistry,
+    dir: tempfile::TempDir,
+}
+
+impl Replayer {
+    /// A replayer of `candidate` (the component's bytes) under `config`'s queues and grants.
+    pub fn new(config: Config, candidate: Vec<u8>) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut config = config;
+        // Compile into a private cache: a candidate never lands in the host's cache.
+        config.host.cache_dir = dir.path().join("cache");
+        let config = Arc::new(config);
+        let registry =
+            HandlerRegistry::new(config.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        Ok(Replayer {
+            config,
+            candidate,
+            registry,
+            dir,
+        })
+    }
+
+    /// The candidate deployed as handler `name` (compiled once, shared by every name).
+    fn handler(&self, name: &str) -> Result<Arc<crate::runtime::LoadedHandler>, String> {
+        if let Some(loaded) = self.registry.get(name) {
+            return Ok(loaded);
+        }
+        let file = self.dir.path().join(format!("{name}.wasm"));
+        std::fs::write(&file, &self.candidate).map_err(|e| e.to_string())?;
+        self.registry.load_file(&file).map_err(|e| e.to_string())?;
+        Ok(self.registry.get(name).expect("just loaded"))
+    }
+
+    /// Run `message` against the candidate as the handler of its queue.
+    pub async fn replay(&self, message: &StoredMessage) -> Result<ReplayResult, ReplayError> {
+        let queue =
+            self.config
+                .queues
+                .get(&message.queue)
+                .ok_or_else(|| ReplayError::UnknownQueue {
+                    key: message.key,
+                    queue: message.queue.clone(),
+                })?;
+        let handler = self
+            .handler(&queue.handler)
+            .map_err(|reason| ReplayError::Candidate {
+                handler: queue.handler.clone(),
+                reason,
+            })?;
+        let capture = Arc::new(Capture::default());
+        let logs = GuestLogs::default();
+        let subscriber = tracing_subscriber::registry().with(logs.clone());
+        let guest_message = Message {
+            queue: message.queue.clone(),
+            id: message.id.clone(),
+            delivery_id: message.delivery_id.clone(),
+            payload: message.payload.clone(),
+            priority: message.priority,
+            attempt: message.attempts.max(1),
+            max_attempts: queue.max_attempts,
+            enqueued_at_ms: message.enqueued_at_ms.max(0) as u64,
+            headers: message.headers.clone(),
+        };
+        let result = invoke(&handler, guest_message, queue.timeout, capture.clone())
+            .with_subscriber(subscriber)
+            .await;
+        let (candidate, succeeded) = describe(&result);
+        let enqueues = std::mem::take(&mut *capture.0.lock().expect("capture"));
+        let logs = std::mem::take(&mut *logs.0.lock().expect("logs"));
+        Ok(ReplayResult {
+            key: message.key,
+            queue: message.queue.clone(),
+            status: message.status.as_str().to_string(),
+            last: message.last_error.clone().or(message.outcome.clone()),
+            candidate,
+            succeeded,
+            enqueues,
+            logs,
+        })
+    }
+}
+
+fn describe(result: &Result<Result<Outcome, HandlerError>, InvokeError>) -> (String, bool) {
+    match result {
+        Ok(Ok(Outcome::Completed)) => ("completed".into(), true),
+        Ok(Ok(Outcome::PendingHandoff)) => ("pending-handoff".into(), true),
+        Ok(Ok(Outcome::RetryAfter(ms))) => (format!("retry-after {ms} ms"), false),
+        Ok(Err(HandlerError::Transient(e))) => (format!("transient: {e}"), false),
+        Ok(Err(HandlerError::Permanent(e))) => (format!("permanent: {e}"), false),
+        Err(e) => (e.to_string(), false),
+    }
+}

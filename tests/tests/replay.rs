@@ -1,0 +1,140 @@
+//! `wharf replay`: failed messages run against a candidate that fixes the bug — the report
+//! shows it completing them and the enqueues it would make, none of which reach a queue, and
+//! the stored messages are unchanged.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wharf_host::enqueue::Enqueuer;
+use wharf_host::queue::Status;
+use wharf_tests::{TestDir, guest, messages, msg, wait_status, wharf_binary};
+
+const T: Duration = Duration::from_secs(30);
+
+fn replay(dir: &TestDir, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(wharf_binary())
+        .current_dir(dir.dir.path())
+        .args(["--config", "wharf.toml", "replay"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_candidate_completes_the_failed_messages_without_side_effects() {
+    let dir = TestDir::new();
+    // The serving version traps on every message.
+    dir.deploy("export", "trap");
+    let host = dir
+        .start(
+            r#"
+[queues.orders]
+handler = "export"
+max_attempts = 1
+
+[queues.replies]
+handler = "not-deployed"
+"#,
+        )
+        .await;
+    let mut keys = Vec::new();
+    for n in 0..3 {
+        let m = msg(json!({"reply_to": "replies", "n": n}));
+        keys.push(host.router.enqueue("orders", m).await.unwrap().key);
+    }
+    for key in &keys {
+        wait_status(&host, *key, Status::Failed, T).await;
+    }
+    let before = messages(&host, "orders").await;
+    host.shutdown().await;
+
+    // The candidate (the `flaky` fixture echoes into `reply_to` and completes).
+    let candidate = guest("flaky");
+    let candidate = candidate.to_str().unwrap();
+    let (ok, stdout, stderr) = replay(
+        &dir,
+        &[
+            "--queue", "orders", "--status", "failed", "--with", candidate, "--json",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        report["summary"],
+        "the candidate completes 3 of 3 failed messages"
+    );
+    for result in report["results"].as_array().unwrap() {
+        assert_eq!(result["candidate"], "completed", "{result}");
+        assert!(
+            result["last"].as_str().unwrap().contains("trapped"),
+            "the last outcome stands beside: {result}"
+        );
+        assert_eq!(result["enqueues"][0]["queue"], "replies");
+        let echo: Value =
+            serde_json::from_str(result["enqueues"][0]["payload"].as_str().unwrap()).unwrap();
+        assert_eq!(echo["seen"]["reply_to"], "replies");
+    }
+
+    // One message in detail, as text.
+    let (ok, text, stderr) = replay(&dir, &[&keys[0].to_string(), "--with", candidate]);
+    assert!(ok, "{stderr}");
+    assert!(text.contains("candidate: completed"), "{text}");
+    assert!(text.contains("would enqueue into `replies`"), "{text}");
+    assert!(
+        text.contains("the candidate completes 1 of 1 message"),
+        "{text}"
+    );
+
+    // Nothing reached a queue, nothing stored changed.
+    let store = wharf_host::queue::open(
+        &format!("sqlite://{}", dir.path("wharf.db").display()),
+        None,
+        1,
+    )
+    .await
+    .unwrap();
+    let after = store
+        .list(&wharf_host::queue::MessageFilter {
+            queue: Some("orders".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let replies = store
+        .list(&wharf_host::queue::MessageFilter {
+            queue: Some("replies".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(replies.is_empty(), "no enqueue was executed: {replies:?}");
+    let shape = |ms: &[wharf_host::queue::StoredMessage]| {
+        let mut v: Vec<(i64, String, u32, i64)> = ms
+            .iter()
+            .map(|m| (m.key, m.status.as_str().to_string(), m.attempts, m.version))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(shape(&before), shape(&after), "stored messages unchanged");
+
+    // A candidate that is not a component is refused with the reason.
+    let bad = dir.path("bad.wasm");
+    std::fs::write(&bad, b"nope").unwrap();
+    let (ok, _, stderr) = replay(
+        &dir,
+        &[&keys[0].to_string(), "--with", bad.to_str().unwrap()],
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("the candidate cannot run as handler `export`"),
+        "{stderr}"
+    );
+}
