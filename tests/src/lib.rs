@@ -158,6 +158,34 @@ impl TestDir {
         );
     }
 
+    /// The SQLite queue store of this directory's `wharf.db`, opened on its own (as a CLI
+    /// or a second process would).
+    pub async fn sqlite_store(&self) -> std::sync::Arc<dyn wharf_host::queue::QueueStore> {
+        wharf_host::queue::open(
+            &format!("sqlite://{}", self.path("wharf.db").display()),
+            None,
+            1,
+        )
+        .await
+        .expect("opening the test database")
+    }
+
+    /// Run the `wharf` binary here with `--config wharf.toml` and `args`: (success, stdout,
+    /// stderr).
+    pub fn wharf(&self, args: &[&str]) -> (bool, String, String) {
+        let out = std::process::Command::new(wharf_binary())
+            .current_dir(self.dir.path())
+            .args(["--config", "wharf.toml"])
+            .args(args)
+            .output()
+            .expect("running wharf");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// Deploy raw bytes as handler `name`, atomically.
     pub fn deploy_bytes(&self, name: &str, bytes: &[u8]) {
         let tmp = self.path(&format!("handlers/.{name}.tmp"));

@@ -479,13 +479,7 @@ async fn sigkill_of_wharf_run_mid_load_loses_nothing() {
         .publish("export_order", &envelopes, Default::default())
         .await
         .unwrap();
-    let store = wharf_host::queue::open(
-        &format!("sqlite://{}", dir.path("wharf.db").display()),
-        None,
-        1,
-    )
-    .await
-    .unwrap();
+    let store = dir.sqlite_store().await;
     let seen = || async {
         let all = store
             .list(&wharf_host::queue::MessageFilter {

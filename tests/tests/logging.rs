@@ -32,13 +32,7 @@ backoff = "10ms"
         .spawn()
         .unwrap();
 
-    let store = wharf_host::queue::open(
-        &format!("sqlite://{}", dir.path("wharf.db").display()),
-        None,
-        1,
-    )
-    .await
-    .unwrap();
+    let store = dir.sqlite_store().await;
     let ok = store
         .enqueue("work", msg(json!({"n": 1})), false)
         .await

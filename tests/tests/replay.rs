@@ -7,22 +7,14 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{TestDir, guest, messages, msg, wait_status, wharf_binary};
+use wharf_tests::{TestDir, guest, messages, msg, wait_status};
 
 const T: Duration = Duration::from_secs(30);
 
 fn replay(dir: &TestDir, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(wharf_binary())
-        .current_dir(dir.dir.path())
-        .args(["--config", "wharf.toml", "replay"])
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut all = vec!["replay"];
+    all.extend_from_slice(args);
+    dir.wharf(&all)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,29 +83,18 @@ handler = "not-deployed"
     );
 
     // Nothing reached a queue, nothing stored changed.
-    let store = wharf_host::queue::open(
-        &format!("sqlite://{}", dir.path("wharf.db").display()),
-        None,
-        1,
-    )
-    .await
-    .unwrap();
-    let after = store
-        .list(&wharf_host::queue::MessageFilter {
-            queue: Some("orders".into()),
+    let store = dir.sqlite_store().await;
+    let list = |queue: &str| {
+        let filter = wharf_host::queue::MessageFilter {
+            queue: Some(queue.into()),
             limit: 100,
             ..Default::default()
-        })
-        .await
-        .unwrap();
-    let replies = store
-        .list(&wharf_host::queue::MessageFilter {
-            queue: Some("replies".into()),
-            limit: 100,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        };
+        let store = store.clone();
+        async move { store.list(&filter).await.unwrap() }
+    };
+    let after = list("orders").await;
+    let replies = list("replies").await;
     assert!(replies.is_empty(), "no enqueue was executed: {replies:?}");
     let shape = |ms: &[wharf_host::queue::StoredMessage]| {
         let mut v: Vec<(i64, String, u32, i64)> = ms

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wharf_tests::{TestDir, msg, wait_for, wharf_binary};
+use wharf_tests::{TestDir, msg, wait_for};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -17,18 +17,11 @@ fn free_port() -> u16 {
 }
 
 fn status(dir: &TestDir, json: bool) -> (bool, String, String) {
-    let mut cmd = std::process::Command::new(wharf_binary());
-    cmd.current_dir(dir.dir.path())
-        .args(["--config", "wharf.toml"]);
     if json {
-        cmd.arg("--json");
+        dir.wharf(&["--json", "status"])
+    } else {
+        dir.wharf(&["status"])
     }
-    let out = cmd.arg("status").output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,13 +53,7 @@ max_attempts = 1
     );
 
     let mut host = wharf_tests::spawn_wharf(dir.dir.path());
-    let store = wharf_host::queue::open(
-        &format!("sqlite://{}", dir.path("wharf.db").display()),
-        None,
-        1,
-    )
-    .await
-    .unwrap();
+    let store = dir.sqlite_store().await;
     let mut keys = Vec::new();
     for n in 0..3 {
         keys.push(

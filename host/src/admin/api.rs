@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::{AppState, HandlerInfo, handler_info};
+use super::AppState;
 use crate::queue::{HistoryEntry, MessageFilter, QueueError, Selector, Status, StoredMessage};
 
 /// Most messages one page lists.
@@ -27,7 +27,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/messages/{key}", get(message).delete(delete))
         .route("/messages/{key}/retry", post(retry))
         .route("/messages/{key}/move", post(move_to))
-        .route("/handlers", get(handlers))
+        .route("/handlers", get(super::handlers))
         .route("/deploys", get(deploys))
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::not_found("no such API endpoint".to_string()) })
@@ -278,17 +278,6 @@ async fn delete(State(state): State<AppState>, Path(key): Path<i64>) -> ApiResul
         });
     }
     Ok(Json(Changed { changed: 1 }))
-}
-
-async fn handlers(State(state): State<AppState>) -> Json<Vec<HandlerInfo>> {
-    Json(
-        state
-            .registry
-            .list()
-            .iter()
-            .map(|h| handler_info(h))
-            .collect(),
-    )
 }
 
 async fn deploys(State(state): State<AppState>) -> Json<Vec<crate::runtime::DeployEvent>> {

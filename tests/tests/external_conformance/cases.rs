@@ -275,13 +275,7 @@ pub async fn a_poison_message_ends_failed_after_max_attempts<H: Harness>() {
     provider.prepare(&["stuck".to_string()]).await.unwrap();
     h.produce_direct("stuck", &envelope_body(json!({"n": 1}), Some("poison-1")))
         .await;
-    let store = wharf_host::queue::open(
-        &format!("sqlite://{}", dir.path("wharf.db").display()),
-        None,
-        1,
-    )
-    .await
-    .unwrap();
+    let store = dir.sqlite_store().await;
     let failed = || async {
         let all = store
             .list(&wharf_host::queue::MessageFilter {
@@ -515,13 +509,7 @@ pub async fn shutdown_hands_unfinished_messages_back<H: Harness>() {
 }
 
 async fn messages_in(dir: &TestDir) -> Vec<wharf_host::queue::StoredMessage> {
-    let store = wharf_host::queue::open(
-        &format!("sqlite://{}", dir.path("wharf.db").display()),
-        None,
-        1,
-    )
-    .await
-    .unwrap();
+    let store = dir.sqlite_store().await;
     store
         .list(&wharf_host::queue::MessageFilter {
             queue: None,
