@@ -68,6 +68,9 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
 
 /// Start a host for `config` with some parts replaced.
 pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result<RunningHost> {
+    if let Some(reason) = config.admin.refusal(config.host.admin_listen) {
+        anyhow::bail!("{}: admin.token: {reason}", config.source.display());
+    }
     let config = Arc::new(config);
     crate::metrics::install();
     let store = queue::open(

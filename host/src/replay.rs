@@ -1,6 +1,7 @@
-//! Replay: run stored messages (any status) against a candidate component, in the sandbox
-//! and limits of the queue's handler, without side effects. The candidate's `host.enqueue`
-//! calls are captured and reported, never executed; its log lines are captured; the stored
+//! Replay: run stored messages (any status) against a candidate component, with the limits
+//! of the queue's handler, without side effects. The candidate's `host.enqueue` calls are
+//! captured and reported, never executed; its log lines are captured; its grants are
+//! narrowed (no network, no host stdio, read-only mounts, outbound HTTP refused); the stored
 //! messages are not touched. Each result stands next to the outcome the message last had.
 
 use std::sync::{Arc, Mutex};
@@ -132,7 +133,7 @@ impl Replayer {
         config.host.cache_dir = dir.path().join("cache");
         let config = Arc::new(config);
         let registry =
-            HandlerRegistry::new(config.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+            HandlerRegistry::dry_run(config.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
         Ok(Replayer {
             config,
             candidate,

@@ -292,6 +292,41 @@ async fn every_endpoint_answers_and_errors_name_the_problem() {
             404,
             "no such API endpoint",
         ),
+        (
+            "GET",
+            "/api/v1/messages/abc".to_string(),
+            None,
+            400,
+            "bad path",
+        ),
+        (
+            "GET",
+            "/api/v1/messages?limit=many".to_string(),
+            None,
+            400,
+            "bad query parameters",
+        ),
+        (
+            "POST",
+            "/api/v1/messages/retry?queue=work".to_string(),
+            None,
+            400,
+            "bad query parameters",
+        ),
+        (
+            "POST",
+            "/api/v1/queues".to_string(),
+            None,
+            405,
+            "does not take that method",
+        ),
+        (
+            "POST",
+            format!("/api/v1/messages/{}/move", parked[2]),
+            Some(json!({"status": "awaiting-release"})),
+            400,
+            "cannot move a message to `awaiting-release`",
+        ),
     ];
     for (method, path, body, status, text) in cases {
         let answer = call(&host, method, &path, body, None).await;
@@ -340,4 +375,19 @@ async fn the_token_guards_the_api_but_not_health_or_metrics() {
     assert_eq!(get(&host, "/healthz").await.status, 200);
     assert_eq!(get(&host, "/metrics").await.status, 200);
     host.shutdown().await;
+
+    // Serving the API beyond loopback without a token is refused at start.
+    let open = TestDir::new();
+    let path = open.write_config(QUEUES);
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("127.0.0.1:0", "0.0.0.0:0");
+    std::fs::write(&path, text).unwrap();
+    let config = wharf_host::Config::load(&path).expect("other commands still load it");
+    let error = wharf_host::start(config).await.err().expect("refused");
+    assert!(
+        format!("{error:#}")
+            .contains("admin.token: host.admin_listen 0.0.0.0:0 is not a loopback address"),
+        "{error:#}"
+    );
 }

@@ -119,3 +119,46 @@ handler = "not-deployed"
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_narrows_the_handlers_grants() {
+    let dir = TestDir::new();
+    std::fs::create_dir_all(dir.path("data")).unwrap();
+    let path = dir.write_config(
+        r#"
+[handlers.export]
+network = true
+inherit_stdio = true
+preopens = [{ host = "data", guest = "/data", read_only = false }]
+allowed_outbound_hosts = ["https://erp.example.com"]
+
+[queues.orders]
+handler = "export"
+"#,
+    );
+    let config = std::sync::Arc::new(wharf_host::Config::load(&path).unwrap());
+    let file = dir.handler_path("export");
+    std::fs::copy(guest("flaky"), &file).unwrap();
+    for (dry, registry) in [
+        (
+            false,
+            wharf_host::runtime::HandlerRegistry::new(config.clone()).unwrap(),
+        ),
+        (
+            true,
+            wharf_host::runtime::HandlerRegistry::dry_run(config.clone()).unwrap(),
+        ),
+    ] {
+        registry.load_file(&file).unwrap();
+        let grants = &registry.get("export").unwrap().grants;
+        assert_eq!(grants.network, !dry);
+        assert_eq!(grants.inherit_stdio, !dry);
+        assert_eq!(grants.preopens[0].read_only, dry);
+        assert_eq!(
+            grants.outbound.is_empty(),
+            dry,
+            "outbound HTTP refused in a dry run"
+        );
+        assert!(grants.http, "wasi:http stays linked");
+    }
+}

@@ -31,6 +31,12 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/deploys", get(deploys))
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::not_found("no such API endpoint".to_string()) })
+        .method_not_allowed_fallback(|| async {
+            ApiError {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                message: "this endpoint does not take that method".to_string(),
+            }
+        })
 }
 
 /// An API error: a status and a message.
@@ -52,6 +58,50 @@ impl ApiError {
             status: StatusCode::NOT_FOUND,
             message,
         }
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(e: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::bad_request(format!("bad query parameters: {}", e.body_text()))
+    }
+}
+
+impl From<axum::extract::rejection::PathRejection> for ApiError {
+    fn from(e: axum::extract::rejection::PathRejection) -> Self {
+        ApiError::bad_request(format!("bad path: {}", e.body_text()))
+    }
+}
+
+/// A path's message key, or a JSON error.
+struct Key(i64);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Key {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let Path(key) = Path::<i64>::from_request_parts(parts, state).await?;
+        Ok(Key(key))
+    }
+}
+
+/// Query parameters, or a JSON error.
+struct Params<T>(T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S>
+    for Params<T>
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let Query(params) = Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Params(params))
     }
 }
 
@@ -129,12 +179,13 @@ pub struct MessagePage {
     /// The messages.
     pub messages: Vec<StoredMessage>,
     /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<i64>,
 }
 
 async fn messages(
     State(state): State<AppState>,
-    Query(query): Query<ListQuery>,
+    Params(query): Params<ListQuery>,
 ) -> ApiResult<MessagePage> {
     let limit = query.limit.unwrap_or(50);
     if limit == 0 || limit > MAX_PAGE {
@@ -193,7 +244,7 @@ async fn stored(state: &AppState, key: i64) -> Result<StoredMessage, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("no message with key {key}")))
 }
 
-async fn message(State(state): State<AppState>, Path(key): Path<i64>) -> ApiResult<MessageDetail> {
+async fn message(State(state): State<AppState>, Key(key): Key) -> ApiResult<MessageDetail> {
     let message = stored(&state, key).await?;
     let history = match &message.id {
         Some(id) => state.store.history(&message.queue, id).await?,
@@ -209,10 +260,20 @@ pub struct Changed {
     pub changed: u64,
 }
 
-async fn retry(State(state): State<AppState>, Path(key): Path<i64>) -> ApiResult<Changed> {
+async fn retry(State(state): State<AppState>, Key(key): Key) -> ApiResult<Changed> {
     stored(&state, key).await?;
     let changed = state.store.retry(&Selector::Key(key)).await?;
+    if changed == 0 {
+        return Err(busy(key));
+    }
     Ok(Json(Changed { changed }))
+}
+
+fn busy(key: i64) -> ApiError {
+    ApiError {
+        status: StatusCode::CONFLICT,
+        message: format!("message {key} is being processed: try again when it settles"),
+    }
 }
 
 /// `POST /messages/retry` parameters: every message of `queue` in `status`.
@@ -224,7 +285,7 @@ struct RetryAllQuery {
 
 async fn retry_all(
     State(state): State<AppState>,
-    Query(query): Query<RetryAllQuery>,
+    Params(query): Params<RetryAllQuery>,
 ) -> ApiResult<Changed> {
     known_queue(&state, &query.queue)?;
     let selector = Selector::QueueStatus {
@@ -243,39 +304,32 @@ struct MoveBody {
 
 async fn move_to(
     State(state): State<AppState>,
-    Path(key): Path<i64>,
+    Key(key): Key,
     body: Result<Json<MoveBody>, axum::extract::rejection::JsonRejection>,
 ) -> ApiResult<Changed> {
     let Json(body) = body.map_err(|e| {
         ApiError::bad_request(format!("the body must be {{\"status\": \"…\"}}: {e}"))
     })?;
-    if body.status.trim().is_empty() || body.status == "processing" {
+    let status = Status::parse(&body.status);
+    if matches!(status, Status::Processing | Status::AwaitingRelease)
+        || !crate::config::is_valid_name(&body.status)
+    {
         return Err(ApiError::bad_request(format!(
-            "cannot move a message to `{}`",
+            "cannot move a message to `{}`: use pending, failed, sleeping, processed or a custom name",
             body.status
         )));
     }
     stored(&state, key).await?;
-    let moved = state
-        .store
-        .move_to(key, &Status::parse(&body.status))
-        .await?;
-    if !moved {
-        return Err(ApiError {
-            status: StatusCode::CONFLICT,
-            message: format!("message {key} is being processed: try again when it settles"),
-        });
+    if !state.store.move_to(key, &status).await? {
+        return Err(busy(key));
     }
     Ok(Json(Changed { changed: 1 }))
 }
 
-async fn delete(State(state): State<AppState>, Path(key): Path<i64>) -> ApiResult<Changed> {
+async fn delete(State(state): State<AppState>, Key(key): Key) -> ApiResult<Changed> {
     stored(&state, key).await?;
     if !state.store.delete(key).await? {
-        return Err(ApiError {
-            status: StatusCode::CONFLICT,
-            message: format!("message {key} is being processed: try again when it settles"),
-        });
+        return Err(busy(key));
     }
     Ok(Json(Changed { changed: 1 }))
 }

@@ -149,6 +149,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let path = file.as_ref().unwrap_or(&cli.config);
             match Config::load(path) {
                 Ok(config) => {
+                    // What `wharf run` refuses (the token may come from the service's
+                    // environment, so only running the host requires it).
+                    if let Some(reason) = config.admin.refusal(config.host.admin_listen) {
+                        eprintln!("error: {}: admin.token: {reason}", path.display());
+                        return Ok(ExitCode::from(2));
+                    }
                     for warning in run::deployment_warnings(&config) {
                         println!("warning: {warning}");
                     }

@@ -32,7 +32,7 @@ impl AdminConfig {
 
     /// Why serving the admin API on `listen` is refused, if it is: any address other than
     /// loopback needs a token.
-    pub(crate) fn refusal(&self, listen: SocketAddr) -> Option<String> {
+    pub fn refusal(&self, listen: SocketAddr) -> Option<String> {
         if self.token.is_some() || listen.ip().is_loopback() {
             return None;
         }

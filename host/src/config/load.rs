@@ -150,9 +150,6 @@ impl Config {
                 "must be at least 1",
             ));
         }
-        if let Some(reason) = self.admin.refusal(self.host.admin_listen) {
-            return Err(ConfigError::key(file, "admin.token", reason));
-        }
         if self.host.metrics_interval.is_zero() {
             return Err(ConfigError::key(
                 file,

@@ -32,15 +32,14 @@ pub fn redacted_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
+    // The user information ends at the last `@` (a password may hold `/`, `?` or `#`).
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) if !userinfo.contains('/') || userinfo.contains(':') => {
             let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
             let hidden = if userinfo.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{hidden}@{host}{tail}")
+            format!("{scheme}://{user}{hidden}@{host}")
         }
-        None => url.to_string(),
+        _ => url.to_string(),
     }
 }
 
@@ -63,6 +62,10 @@ mod tests {
             "postgres://app@db/wharf"
         );
         assert_eq!(redacted_url("sqlite://wharf.db"), "sqlite://wharf.db");
+        assert_eq!(
+            redacted_url("amqp://app:pa/ss?#@broker:5672/%2f"),
+            "amqp://app:***@broker:5672/%2f"
+        );
         assert_eq!(format!("{:?}", Secret::new("x")), "Secret(***)");
     }
 }

@@ -283,6 +283,12 @@ impl Pipeline {
             .collect();
         if !leftover.is_empty() {
             tracing::warn!(queue = %shared.pipeline.name, provider = shared.source.provider(), count = leftover.len(), "handing back messages still running after the shutdown grace period");
+            for _ in &leftover {
+                crate::metrics::message(
+                    &shared.pipeline.name,
+                    crate::metrics::MessageOutcome::Released,
+                );
+            }
             shared.source.release(leftover).await;
         }
         shared.source.finish().await;

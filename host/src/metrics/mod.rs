@@ -39,6 +39,11 @@ const LATENCY_BUCKETS: [f64; 16] = [
 pub fn install() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
+            // A gauge no longer set (a custom status that emptied) leaves after 10 minutes.
+            .idle_timeout(
+                metrics_util::MetricKindMask::GAUGE,
+                Some(Duration::from_secs(600)),
+            )
             .set_buckets_for_metric(Matcher::Suffix("_call_seconds".into()), &CALL_BUCKETS)
             .and_then(|b| {
                 b.set_buckets_for_metric(
@@ -194,13 +199,21 @@ pub struct Sampled {
 pub async fn run_sampler(sampled: Sampled, interval: Duration, shutdown: CancellationToken) {
     let mut seen = HashMap::new();
     loop {
-        sample(&sampled, &mut seen).await;
+        // Histograms keep their samples until upkeep folds them in, scraped or not.
+        install().run_upkeep();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = sample(&sampled, &mut seen) => {}
+        }
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
         }
     }
 }
+
+/// The longest one count, depth or health question of a sampling pass may take.
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The statuses every queue reports, even at zero.
 const STATUSES: [&str; 6] = [
@@ -217,8 +230,10 @@ const STATUSES: [&str; 6] = [
 async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>) {
     rates::snapshot();
     for (queue, external) in &sampled.queues {
-        match sampled.store.counts(queue).await {
-            Ok(counts) => {
+        match tokio::time::timeout(SAMPLE_TIMEOUT, sampled.store.counts(queue)).await {
+            Err(_) => tracing::debug!(%queue, "sampling the queue's counts timed out"),
+            Ok(Err(e)) => tracing::debug!(%queue, "sampling the queue's counts failed: {e}"),
+            Ok(Ok(counts)) => {
                 let statuses = seen.entry(queue.clone()).or_default();
                 statuses.extend(STATUSES.iter().map(|s| s.to_string()));
                 statuses.extend(counts.iter().map(|(s, _)| s.as_str().to_string()));
@@ -234,8 +249,12 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
                     )
                     .set(n as f64);
                 }
+                // A custom status that emptied was set to zero once; then its series may
+                // expire (idle gauges are dropped after a while).
+                statuses.retain(|s| {
+                    STATUSES.contains(&s.as_str()) || counts.iter().any(|(c, _)| c.as_str() == s)
+                });
             }
-            Err(e) => tracing::debug!(%queue, "sampling the queue's counts failed: {e}"),
         }
         let Some((name, provider)) = external else {
             continue;
@@ -243,8 +262,14 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
         if !provider.capabilities().depth {
             continue;
         }
-        match provider.depth(queue).await {
-            Ok(depth) => {
+        match tokio::time::timeout(SAMPLE_TIMEOUT, provider.depth(queue)).await {
+            Err(_) => {
+                tracing::debug!(%queue, provider = %name, "sampling the external depth timed out")
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(%queue, provider = %name, "sampling the external depth failed: {e}")
+            }
+            Ok(Ok(depth)) => {
                 for (state, n) in [
                     ("ready", depth.ready),
                     ("delayed", depth.delayed),
@@ -259,12 +284,13 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
                     .set(n as f64);
                 }
             }
-            Err(e) => {
-                tracing::debug!(%queue, provider = %name, "sampling the external depth failed: {e}")
-            }
         }
     }
-    let (_, checks) = sampled.health.report().await;
+    let Ok((_, checks)) = tokio::time::timeout(SAMPLE_TIMEOUT, sampled.health.report()).await
+    else {
+        tracing::debug!("sampling the health checks timed out");
+        return;
+    };
     for (check, report) in checks {
         metrics::gauge!("wharf_health_ready", "check" => check).set(if report.healthy {
             1.0

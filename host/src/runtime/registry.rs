@@ -85,8 +85,10 @@ pub struct Grants {
     pub network: bool,
     /// The host's own stdout/stderr.
     pub inherit_stdio: bool,
-    /// Origins the handler may send HTTP requests to; empty: `wasi:http` is not linked.
+    /// Origins the handler may send HTTP requests to.
     pub outbound: Arc<[OutboundHost]>,
+    /// Whether `wasi:http` is linked (the handler has `allowed_outbound_hosts`).
+    pub http: bool,
 }
 
 /// One deployed handler version.
@@ -141,6 +143,9 @@ pub struct HandlerRegistry {
     changes: tokio::sync::watch::Sender<u64>,
     /// The recent deploys, rejections and removals.
     pub deploys: DeployLog,
+    /// Grants narrowed for a dry run (replay): no network, no host stdio, read-only
+    /// mounts, every outbound HTTP request refused.
+    dry_run: bool,
     _ticker: EpochTicker,
 }
 
@@ -163,7 +168,17 @@ impl HandlerRegistry {
             handlers: ArcSwap::from_pointee(HashMap::new()),
             changes: tokio::sync::watch::channel(0).0,
             deploys: DeployLog::default(),
+            dry_run: false,
         })
+    }
+
+    /// A registry whose handlers run without side effects beyond their return value: no
+    /// network, no host stdio, read-only mounts, every outbound HTTP request refused (the
+    /// `wasi:http` link is kept so that such components still load).
+    pub fn dry_run(config: Arc<Config>) -> wasmtime::Result<Self> {
+        let mut registry = Self::new(config)?;
+        registry.dry_run = true;
+        Ok(registry)
     }
 
     /// The serving version of a handler.
@@ -223,8 +238,12 @@ impl HandlerRegistry {
             });
         }
         let settings = self.config.handler(&name);
-        let outbound: Arc<[OutboundHost]> = settings.allowed_outbound_hosts.clone().into();
-        let http = !outbound.is_empty();
+        let http = !settings.allowed_outbound_hosts.is_empty();
+        let outbound: Arc<[OutboundHost]> = if self.dry_run {
+            Arc::from([])
+        } else {
+            settings.allowed_outbound_hosts.clone().into()
+        };
         let started = Instant::now();
         let (pre, origin) = match self.serving_with(&hash, http) {
             // Byte-identical files under several names share one compiled component.
@@ -249,10 +268,19 @@ impl HandlerRegistry {
             memory_limit: cap,
             grants: Grants {
                 env,
-                preopens: settings.preopens.clone(),
-                network: settings.network,
-                inherit_stdio: settings.inherit_stdio,
+                preopens: settings
+                    .preopens
+                    .iter()
+                    .cloned()
+                    .map(|mut p| {
+                        p.read_only |= self.dry_run;
+                        p
+                    })
+                    .collect(),
+                network: settings.network && !self.dry_run,
+                inherit_stdio: settings.inherit_stdio && !self.dry_run,
                 outbound,
+                http,
             },
             pre,
         });
@@ -276,7 +304,7 @@ impl HandlerRegistry {
         self.handlers
             .load()
             .values()
-            .find(|h| h.hash == hash && h.grants.outbound.is_empty() != http)
+            .find(|h| h.hash == hash && h.grants.http == http)
             .map(|h| h.pre.clone())
     }
 

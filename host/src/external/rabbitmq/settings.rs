@@ -129,7 +129,7 @@ impl ProviderKind for RabbitMqKind {
                 "url",
                 format!(
                     "`{}` is not an AMQP URL (expected amqp://user:password@host:5672/vhost): {e}",
-                    settings.url
+                    crate::config::redacted_url(&settings.url)
                 ),
             )
         })?;

@@ -130,7 +130,7 @@ impl ProviderKind for RedisKind {
                 "url",
                 format!(
                     "`{}` is not a Redis URL (expected redis://host:port, rediss://… or unix://…): {e}",
-                    settings.url
+                    crate::config::redacted_url(&settings.url)
                 ),
             )
         })?;
