@@ -210,6 +210,52 @@ async fn every_endpoint_answers_and_errors_name_the_problem() {
     assert_eq!(deleted.status, 200);
     assert!(host.store.get(parked[1]).await.unwrap().is_none());
 
+    // Move and delete by filter, bounded by `limit`: parked[2..5] are still pending.
+    let moved = call(
+        &host,
+        "POST",
+        "/api/v1/messages/move?queue=parked&status=pending&limit=2",
+        Some(json!({"status": "on-hold"})),
+        None,
+    )
+    .await;
+    assert_eq!(moved.body, json!({"changed": 2, "skipped": 0}));
+    let held = get(&host, "/api/v1/messages?queue=parked&status=on-hold").await;
+    assert_eq!(
+        held.body["messages"].as_array().unwrap().len(),
+        3,
+        "parked[0] and two more"
+    );
+    let deleted = call(
+        &host,
+        "DELETE",
+        "/api/v1/messages?queue=parked&status=on-hold&limit=1000",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(deleted.body, json!({"changed": 3, "skipped": 0}));
+    let left = get(&host, "/api/v1/messages?queue=parked").await;
+    assert_eq!(
+        left.body["messages"][0]["key"], parked[2],
+        "only the oldest pending one is left"
+    );
+    let too_many = call(
+        &host,
+        "DELETE",
+        "/api/v1/messages?queue=parked&status=pending&limit=5000",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(too_many.status, 400);
+    assert!(
+        too_many.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("between 1 and 1000")
+    );
+
     // Handlers.
     let handlers = get(&host, "/api/v1/handlers").await;
     assert_eq!(handlers.body[0]["name"], "flaky");

@@ -18,12 +18,16 @@ use crate::queue::{HistoryEntry, MessageFilter, QueueError, Selector, Status, St
 /// Most messages one page lists.
 pub const MAX_PAGE: u32 = 500;
 
+/// Most messages one move or delete by filter changes (repeat the call for more).
+pub const MAX_BULK: u32 = 1000;
+
 /// The API's routes (mounted under `/api/v1`).
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/queues", get(queues))
-        .route("/messages", get(messages))
+        .route("/messages", get(messages).delete(delete_all))
         .route("/messages/retry", post(retry_all))
+        .route("/messages/move", post(move_all))
         .route("/messages/{key}", get(message).delete(delete))
         .route("/messages/{key}/retry", post(retry))
         .route("/messages/{key}/move", post(move_to))
@@ -302,11 +306,10 @@ struct MoveBody {
     status: String,
 }
 
-async fn move_to(
-    State(state): State<AppState>,
-    Key(key): Key,
+/// The status a move body names, if a message may be moved there by hand.
+fn target_status(
     body: Result<Json<MoveBody>, axum::extract::rejection::JsonRejection>,
-) -> ApiResult<Changed> {
+) -> Result<Status, ApiError> {
     let Json(body) = body.map_err(|e| {
         ApiError::bad_request(format!("the body must be {{\"status\": \"…\"}}: {e}"))
     })?;
@@ -319,11 +322,100 @@ async fn move_to(
             body.status
         )));
     }
+    Ok(status)
+}
+
+async fn move_to(
+    State(state): State<AppState>,
+    Key(key): Key,
+    body: Result<Json<MoveBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult<Changed> {
+    let status = target_status(body)?;
     stored(&state, key).await?;
     if !state.store.move_to(key, &status).await? {
         return Err(busy(key));
     }
     Ok(Json(Changed { changed: 1 }))
+}
+
+/// `POST /messages/move` and `DELETE /messages` parameters: up to `limit` messages of
+/// `queue` in `status`, newest first.
+#[derive(Debug, Deserialize)]
+struct BulkQuery {
+    queue: String,
+    status: String,
+    limit: Option<u32>,
+}
+
+/// What a change by filter did.
+#[derive(Debug, Serialize)]
+pub struct BulkChanged {
+    /// Messages changed.
+    pub changed: u64,
+    /// Messages skipped because they were being processed.
+    pub skipped: u64,
+}
+
+/// The messages a bulk call selects.
+async fn selected(state: &AppState, query: &BulkQuery) -> Result<Vec<i64>, ApiError> {
+    known_queue(state, &query.queue)?;
+    let limit = query.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_BULK {
+        return Err(ApiError::bad_request(format!(
+            "limit must be between 1 and {MAX_BULK}, not {limit}"
+        )));
+    }
+    let filter = MessageFilter {
+        queue: Some(query.queue.clone()),
+        status: Some(Status::parse(&query.status)),
+        limit,
+        ..Default::default()
+    };
+    Ok(state
+        .store
+        .list(&filter)
+        .await?
+        .iter()
+        .map(|m| m.key)
+        .collect())
+}
+
+async fn move_all(
+    State(state): State<AppState>,
+    Params(query): Params<BulkQuery>,
+    body: Result<Json<MoveBody>, axum::extract::rejection::JsonRejection>,
+) -> ApiResult<BulkChanged> {
+    let target = target_status(body)?;
+    let mut done = BulkChanged {
+        changed: 0,
+        skipped: 0,
+    };
+    for key in selected(&state, &query).await? {
+        if state.store.move_to(key, &target).await? {
+            done.changed += 1;
+        } else {
+            done.skipped += 1;
+        }
+    }
+    Ok(Json(done))
+}
+
+async fn delete_all(
+    State(state): State<AppState>,
+    Params(query): Params<BulkQuery>,
+) -> ApiResult<BulkChanged> {
+    let mut done = BulkChanged {
+        changed: 0,
+        skipped: 0,
+    };
+    for key in selected(&state, &query).await? {
+        if state.store.delete(key).await? {
+            done.changed += 1;
+        } else {
+            done.skipped += 1;
+        }
+    }
+    Ok(Json(done))
 }
 
 async fn delete(State(state): State<AppState>, Key(key): Key) -> ApiResult<Changed> {
