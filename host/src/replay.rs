@@ -13,7 +13,10 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 
 use crate::config::Config;
 use crate::enqueue::{EnqueueError, Enqueuer};
-use crate::queue::{EnqueueStatus, Enqueued, NewMessage, StoredMessage};
+use crate::queue::{
+    EnqueueStatus, Enqueued, MessageFilter, NewMessage, QueueError, QueueStore, Status,
+    StoredMessage,
+};
 use crate::runtime::{HandlerError, HandlerRegistry, InvokeError, Message, Outcome, invoke};
 
 /// Why a replay could not run.
@@ -27,6 +30,18 @@ pub enum ReplayError {
         /// Its queue.
         queue: String,
     },
+    /// No message has this key.
+    #[error("no message with key {0}")]
+    NoMessage(i64),
+    /// The queue to replay is not configured.
+    #[error("no queue `{0}` is configured")]
+    NoQueue(String),
+    /// The queue storage failed.
+    #[error(transparent)]
+    Store(#[from] QueueError),
+    /// The replay sandbox could not be set up.
+    #[error("cannot set up the replay: {0}")]
+    Setup(String),
     /// The candidate file could not be deployed.
     #[error("the candidate cannot run as handler `{handler}`: {reason}")]
     Candidate {
@@ -126,14 +141,15 @@ pub struct Replayer {
 
 impl Replayer {
     /// A replayer of `candidate` (the component's bytes) under `config`'s queues and grants.
-    pub fn new(config: Config, candidate: Vec<u8>) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
+    pub fn new(config: Config, candidate: Vec<u8>) -> Result<Self, ReplayError> {
+        let dir = tempfile::tempdir()
+            .map_err(|e| ReplayError::Setup(format!("a temporary directory: {e}")))?;
         let mut config = config;
         // Compile into a private cache: a candidate never lands in the host's cache.
         config.host.cache_dir = dir.path().join("cache");
         let config = Arc::new(config);
-        let registry =
-            HandlerRegistry::dry_run(config.clone()).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let registry = HandlerRegistry::dry_run(config.clone())
+            .map_err(|e| ReplayError::Setup(e.to_string()))?;
         Ok(Replayer {
             config,
             candidate,
@@ -200,6 +216,81 @@ impl Replayer {
             logs,
         })
     }
+}
+
+/// Which stored messages to replay.
+#[derive(Debug, Clone)]
+pub enum Selection {
+    /// One message, by key.
+    One(i64),
+    /// The newest `limit` messages of `queue` in `status`.
+    Queue {
+        /// The queue.
+        queue: String,
+        /// The status.
+        status: Status,
+        /// At most this many.
+        limit: u32,
+    },
+}
+
+/// The results of a replay and its summary line.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    /// One result per message, newest first.
+    pub results: Vec<ReplayResult>,
+    /// How many the candidate completed (or handed off).
+    pub succeeded: usize,
+    /// "the candidate completes 37 of 40 failed messages".
+    pub summary: String,
+}
+
+/// Replay the `selection` of `store`'s messages against `candidate` under `config`.
+pub async fn replay_selection(
+    config: Config,
+    store: &dyn QueueStore,
+    candidate: Vec<u8>,
+    selection: &Selection,
+) -> Result<ReplayReport, ReplayError> {
+    let messages = match selection {
+        Selection::One(key) => vec![store.get(*key).await?.ok_or(ReplayError::NoMessage(*key))?],
+        Selection::Queue {
+            queue,
+            status,
+            limit,
+        } => {
+            if !config.queues.contains_key(queue) {
+                return Err(ReplayError::NoQueue(queue.clone()));
+            }
+            store
+                .list(&MessageFilter {
+                    queue: Some(queue.clone()),
+                    status: Some(status.clone()),
+                    limit: *limit,
+                    ..Default::default()
+                })
+                .await?
+        }
+    };
+    let replayer = Replayer::new(config, candidate)?;
+    let mut results = Vec::with_capacity(messages.len());
+    for message in &messages {
+        results.push(replayer.replay(message).await?);
+    }
+    let succeeded = results.iter().filter(|r| r.succeeded).count();
+    let summary = format!(
+        "the candidate completes {succeeded} of {} {}",
+        results.len(),
+        match selection {
+            Selection::One(_) => "message".to_string(),
+            Selection::Queue { status, .. } => format!("{} messages", status.as_str()),
+        }
+    );
+    Ok(ReplayReport {
+        results,
+        succeeded,
+        summary,
+    })
 }
 
 fn describe(result: &Result<Result<Outcome, HandlerError>, InvokeError>) -> (String, bool) {

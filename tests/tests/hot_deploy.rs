@@ -192,6 +192,34 @@ async fn broken_files_are_rejected_with_the_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_file_is_rejected_once_not_again_on_every_read() {
+    let dir = TestDir::new();
+    let host = dir.start(CONFIG).await;
+    let rejections = |host: &wharf_host::RunningHost| {
+        host.registry
+            .deploys
+            .recent()
+            .iter()
+            .filter(|d| d.handler == "broken")
+            .count()
+    };
+    dir.deploy_bytes("broken", b"not wasm");
+    wait_for(T, "the broken file to be rejected", || async {
+        (rejections(&host) > 0).then_some(())
+    })
+    .await;
+    // Reading the file to deploy it is a watch event too: it must not start another round.
+    // Another deployment after the rejection shows the watcher went on working meanwhile.
+    dir.deploy("later", "noop");
+    wait_for(T, "the next file to deploy", || async {
+        host.registry.get("later").map(|_| ())
+    })
+    .await;
+    assert_eq!(rejections(&host), 1, "{:#?}", host.registry.deploys.recent());
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removing_a_handler_pauses_its_queue_without_losing_messages() {
     let dir = TestDir::new();
     dir.deploy("versioned", "versioned-v1");

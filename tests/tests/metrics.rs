@@ -174,3 +174,33 @@ handler = "flaky"
     assert_eq!(get(&m, r#"wharf_health_ready{check="sql_storage"}"#), 1.0);
     host.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_left_by_a_crashed_host_is_counted_when_it_expires() {
+    let dir = TestDir::new();
+    let host = dir
+        .start(
+            r#"
+[queues.orphans]
+handler = "noop"
+"#,
+        )
+        .await;
+    // Another host leased the message and crashed: its lease runs out after 1 ms.
+    let key = host
+        .store
+        .enqueue("orphans", msg(json!({"n": 1})), false)
+        .await
+        .unwrap()
+        .key;
+    let leased = host.store.lease("orphans", 1, 1).await.unwrap();
+    assert_eq!(leased.len(), 1);
+    dir.deploy("noop", "noop");
+    wait_status(&host, key, Status::Processed, T).await;
+    let metrics = scrape(&host).await;
+    assert_eq!(
+        get(&metrics, r#"wharf_lease_expiries_total{queue="orphans"}"#),
+        1.0
+    );
+    host.shutdown().await;
+}

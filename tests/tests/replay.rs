@@ -162,3 +162,110 @@ handler = "export"
         assert!(grants.http, "wasi:http stays linked");
     }
 }
+
+/// `POST /api/v1/replay` with the candidate as the body: (status, JSON body).
+async fn replay_api(host: &wharf_host::RunningHost, query: &str, body: Vec<u8>) -> (u16, Value) {
+    let url = format!("http://{}/api/v1/replay?{query}", host.admin_addr);
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut response = agent
+            .post(&url)
+            .header("Authorization", "Bearer replay-token")
+            .content_type("application/wasm")
+            .send(&body[..])
+            .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_replays_an_uploaded_candidate_without_side_effects() {
+    let dir = TestDir::new();
+    dir.deploy("export", "trap");
+    let host = dir
+        .start(
+            r#"
+[admin]
+token = "replay-token"
+
+[queues.orders]
+handler = "export"
+max_attempts = 1
+
+[queues.replies]
+handler = "not-deployed"
+"#,
+        )
+        .await;
+    let mut keys = Vec::new();
+    for n in 0..2 {
+        let m = msg(json!({"reply_to": "replies", "n": n}));
+        keys.push(host.router.enqueue("orders", m).await.unwrap().key);
+    }
+    for key in &keys {
+        wait_status(&host, *key, Status::Failed, T).await;
+    }
+    let candidate = std::fs::read(guest("flaky")).unwrap();
+
+    let (status, report) = replay_api(&host, "queue=orders&status=failed", candidate.clone()).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(
+        report["summary"],
+        json!("the candidate completes 2 of 2 failed messages")
+    );
+    assert_eq!(report["succeeded"], json!(2));
+    for result in report["results"].as_array().unwrap() {
+        assert_eq!(result["candidate"], json!("completed"), "{result}");
+        assert_eq!(result["enqueues"][0]["queue"], json!("replies"), "{result}");
+    }
+    let (status, one) = replay_api(&host, &format!("key={}", keys[0]), candidate.clone()).await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["results"][0]["key"], json!(keys[0]));
+    // Nothing was enqueued and the failed messages are unchanged.
+    assert!(messages(&host, "replies").await.is_empty());
+    assert_eq!(wharf_tests::count(&host, "orders", Status::Failed).await, 2);
+
+    // Errors name what was wrong.
+    let (status, error) = replay_api(&host, "key=999999", candidate.clone()).await;
+    assert_eq!(
+        (status, &error["error"]),
+        (404, &json!("no message with key 999999"))
+    );
+    let (status, error) = replay_api(&host, "queue=nope", candidate.clone()).await;
+    assert_eq!(status, 404, "{error}");
+    assert!(
+        error["error"].as_str().unwrap().contains("`nope`"),
+        "{error}"
+    );
+    let (status, error) = replay_api(&host, "queue=orders", Vec::new()).await;
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("candidate component"),
+        "{error}"
+    );
+    let (status, error) = replay_api(&host, "queue=orders", b"not wasm".to_vec()).await;
+    assert_eq!(status, 422, "{error}");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("handler `export`"),
+        "{error}"
+    );
+    let (status, error) = replay_api(&host, "limit=3", candidate).await;
+    assert_eq!(status, 400, "{error}");
+    host.shutdown().await;
+}

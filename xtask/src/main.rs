@@ -3,6 +3,7 @@
 //! Every command installs what it needs (the `wasm32-wasip2` target, cargo-nextest) so it
 //! works the same on a fresh machine and in CI.
 
+mod browser;
 mod demo;
 mod polyglot;
 mod services;
@@ -71,6 +72,7 @@ fn test(args: &[String]) -> Result<()> {
     services::ensure_rabbitmq()?;
     services::ensure_kafka()?;
     tools::build_guests()?;
+    browser::ensure_browser()?;
     check_format()?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);
     cmd.args(args);

@@ -37,7 +37,7 @@ fn modified(path: &Path) -> Option<SystemTime> {
 }
 
 /// Whether `output` is older than any of `inputs` (or missing).
-fn stale(output: &Path, inputs: &[PathBuf]) -> bool {
+pub(crate) fn stale(output: &Path, inputs: &[PathBuf]) -> bool {
     let Some(built) = modified(output) else {
         return true;
     };

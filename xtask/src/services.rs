@@ -31,13 +31,13 @@ fn sh(script: &str) -> Command {
     cmd
 }
 
-fn installed(binary: &str) -> bool {
+pub(crate) fn installed(binary: &str) -> bool {
     sh(&format!("command -v {binary} || test -x {binary}"))
         .output()
         .is_ok_and(|o| o.status.success())
 }
 
-fn apt_install(packages: &str) -> Result<()> {
+pub(crate) fn apt_install(packages: &str) -> Result<()> {
     run(sh("apt-get update -q"))?;
     run(sh(&format!(
         "DEBIAN_FRONTEND=noninteractive apt-get install -y -q {packages}"

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -33,6 +33,10 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/messages/{key}/move", post(move_to))
         .route("/handlers", get(super::handlers))
         .route("/deploys", get(deploys))
+        .route(
+            "/replay",
+            post(super::replay::replay).layer(DefaultBodyLimit::max(super::replay::MAX_CANDIDATE)),
+        )
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::not_found("no such API endpoint".to_string()) })
         .method_not_allowed_fallback(|| async {
@@ -51,13 +55,20 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn bad_request(message: String) -> Self {
+    /// An error with this status and message.
+    pub(super) fn new(status: StatusCode, message: String) -> Self {
+        ApiError { status, message }
+    }
+    pub(super) fn internal(message: String) -> Self {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+    pub(super) fn bad_request(message: String) -> Self {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             message,
         }
     }
-    fn not_found(message: String) -> Self {
+    pub(super) fn not_found(message: String) -> Self {
         ApiError {
             status: StatusCode::NOT_FOUND,
             message,
@@ -93,7 +104,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Key {
 }
 
 /// Query parameters, or a JSON error.
-struct Params<T>(T);
+pub(super) struct Params<T>(pub(super) T);
 
 impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S>
     for Params<T>

@@ -1,11 +1,13 @@
-//! The admin HTTP server: `/healthz` (liveness), `/readyz` (named health checks as JSON,
+//! The admin HTTP server: the dashboard at `/`, `/healthz` (liveness), `/readyz` (named health checks as JSON,
 //! 503 when any fails), `/handlers` (the deployed handler versions), `/metrics`
 //! (Prometheus text format) and the message API under `/api/v1/` (behind the admin token
 //! when one is configured).
 
 pub mod api;
 mod auth;
+mod dashboard;
 mod health;
+mod replay;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -71,6 +73,7 @@ pub async fn serve(
         .route("/handlers", get(handlers))
         .route("/metrics", get(|| async { crate::metrics::render() }))
         .nest("/api/v1", protected)
+        .merge(dashboard::routes())
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;

@@ -11,8 +11,8 @@ use clap::Args;
 use super::Cli;
 use super::format::{print_json, table};
 use super::messages::open_store;
-use crate::queue::{MessageFilter, Status};
-use crate::replay::{ReplayResult, Replayer};
+use crate::queue::Status;
+use crate::replay::{ReplayResult, Selection, replay_selection};
 
 /// `wharf replay` arguments.
 #[derive(Debug, Args)]
@@ -39,13 +39,8 @@ pub async fn run(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<ExitCode> {
     let (config, store) = open_store(cli).await?;
     let candidate = std::fs::read(&args.candidate)
         .with_context(|| format!("reading the candidate {}", args.candidate.display()))?;
-    let messages = match (args.key, &args.queue) {
-        (Some(key), _) => vec![
-            store
-                .get(key)
-                .await?
-                .with_context(|| format!("no message with key {key}"))?,
-        ],
+    let selection = match (args.key, &args.queue) {
+        (Some(key), _) => Selection::One(key),
         (None, Some(queue)) => {
             if !config.queues.contains_key(queue) {
                 bail!(
@@ -53,38 +48,23 @@ pub async fn run(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<ExitCode> {
                     cli.config.display()
                 );
             }
-            store
-                .list(&MessageFilter {
-                    queue: Some(queue.clone()),
-                    status: Some(Status::parse(&args.status)),
-                    limit: args.limit,
-                    ..Default::default()
-                })
-                .await?
+            Selection::Queue {
+                queue: queue.clone(),
+                status: Status::parse(&args.status),
+                limit: args.limit,
+            }
         }
         (None, None) => bail!("give a message KEY or --queue"),
     };
-    let replayer = Replayer::new(config, candidate)?;
-    let mut results = Vec::new();
-    for message in &messages {
-        results.push(replayer.replay(message).await?);
-    }
-    let succeeded = results.iter().filter(|r| r.succeeded).count();
-    let summary = format!(
-        "the candidate completes {succeeded} of {} {}",
-        results.len(),
-        match &args.queue {
-            Some(_) => format!("{} messages", args.status),
-            None => "message".to_string(),
-        }
-    );
+    let report = replay_selection(config, store.as_ref(), candidate, &selection).await?;
+    let (results, summary) = (&report.results, &report.summary);
     if cli.json {
-        print_json(&serde_json::json!({ "results": results, "summary": summary }))?;
+        print_json(&report)?;
     } else if args.key.is_some() {
         print_one(&results[0]);
         println!("{summary}");
     } else {
-        print_table(&results);
+        print_table(results);
         println!("{summary}");
     }
     Ok(ExitCode::SUCCESS)

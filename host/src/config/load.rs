@@ -10,12 +10,12 @@ use super::interpolate::interpolate;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{file}: cannot read: {source}")]
+    #[error("{file}: cannot read: {error}")]
     Read {
         /// The file.
         file: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (printed, not chained, so a report shows it once).
+        error: std::io::Error,
     },
     /// The file is not valid TOML.
     #[error("{file}: invalid TOML: {reason}")]
@@ -50,9 +50,9 @@ impl ConfigError {
 impl Config {
     /// Load and validate a configuration file, reading variables from the environment.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             file: path.to_path_buf(),
-            source,
+            error,
         })?;
         Config::parse(path, &text, &|name| std::env::var(name).ok())
     }

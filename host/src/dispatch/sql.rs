@@ -229,6 +229,7 @@ impl Source for SqlSource {
         {
             Ok(0) => {}
             Ok(n) => {
+                crate::metrics::leases_expired(&self.name, n);
                 tracing::warn!(queue = %self.name, count = n, "handled messages whose lease expired")
             }
             Err(e) => tracing::debug!(queue = %self.name, "expired-lease sweep failed: {e}"),

@@ -31,13 +31,26 @@ pub const MAX_ENDPOINT: usize = 260;
 pub enum InboxError {
     /// The SQL database failed.
     #[error("inbox storage: {0}")]
-    Sql(#[from] sqlx::Error),
+    Sql(sqlx::Error),
     /// Redis failed.
     #[error("inbox storage (redis): {0}")]
-    Redis(#[from] ::redis::RedisError),
+    Redis(::redis::RedisError),
     /// The store is set up wrongly (e.g. a missing table).
     #[error("inbox storage: {0}")]
     Setup(String),
+}
+
+// The texts are printed, not chained as sources, so an error report shows them once.
+impl From<sqlx::Error> for InboxError {
+    fn from(e: sqlx::Error) -> Self {
+        InboxError::Sql(e)
+    }
+}
+
+impl From<::redis::RedisError> for InboxError {
+    fn from(e: ::redis::RedisError) -> Self {
+        InboxError::Redis(e)
+    }
 }
 
 /// The identity of one delivery on one endpoint.

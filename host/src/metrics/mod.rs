@@ -147,6 +147,11 @@ pub fn moved_into_sql(queue: &str, provider: &str, status: &str) {
     .increment(1);
 }
 
+/// The expired-lease sweep of `queue` handled `count` messages (back to pending, or failed).
+pub fn leases_expired(queue: &str, count: u64) {
+    metrics::counter!("wharf_lease_expiries_total", "queue" => queue.to_string()).increment(count);
+}
+
 /// A handler file was deployed, rejected or removed.
 pub fn deploy(handler: &str, result: &'static str) {
     metrics::counter!(

@@ -33,12 +33,22 @@ pub use types::{
 /// A failure of the queue store.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
-    /// The database could not be reached or refused the statement.
+    /// The database could not be reached or refused the statement. (The text is printed,
+    /// not chained as a source, so an error report shows it once.)
     #[error("queue storage: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     /// The schema could not be brought up to date.
     #[error("queue storage migration: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(sqlx::migrate::MigrateError),
+    /// The lock that serialises migrations across processes could not be taken.
+    #[error("queue storage: cannot lock {}", path.display())]
+    Lock {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// A concurrent change kept the operation from completing.
     #[error("queue storage: {0}")]
     Conflict(String),
@@ -53,6 +63,18 @@ pub enum QueueError {
     /// This store does not offer the operation.
     #[error("queue storage does not support {0}")]
     Unsupported(&'static str),
+}
+
+impl From<sqlx::Error> for QueueError {
+    fn from(e: sqlx::Error) -> Self {
+        QueueError::Database(e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for QueueError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        QueueError::Migrate(e)
+    }
 }
 
 /// Milliseconds since the Unix epoch, the time unit of every stored timestamp.

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify_debouncer_mini::{DebounceEventResult, new_debouncer, notify::RecursiveMode};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecursiveMode, Watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::deploy_log::DeployResult;
@@ -34,33 +35,53 @@ pub async fn load_all(registry: &Arc<HandlerRegistry>, dir: &Path) -> std::io::R
     Ok(loaded)
 }
 
-/// Watch `dir` until `shutdown`, deploying and removing handlers as files change.
+/// Whether a watch event can mean the file's content or presence changed. Opening and
+/// reading a file are events too (inotify reports them): the host reads a file to deploy it,
+/// so reacting to reads would redeploy — and re-reject a broken file — forever.
+fn may_change(kind: &EventKind) -> bool {
+    !matches!(
+        kind,
+        EventKind::Access(
+            AccessKind::Open(_) | AccessKind::Read | AccessKind::Close(AccessMode::Read)
+        )
+    )
+}
+
+/// Watch `dir` until `shutdown`, deploying and removing handlers as files change. Changed
+/// paths are gathered until no event arrived for `debounce`, then applied together.
 pub fn watch(
     registry: Arc<HandlerRegistry>,
     dir: PathBuf,
     debounce: Duration,
     shutdown: CancellationToken,
 ) -> notify::Result<tokio::task::JoinHandle<()>> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<BTreeSet<PathBuf>>();
-    let mut debouncer = new_debouncer(debounce, move |result: DebounceEventResult| match result {
-        Ok(events) => {
-            let paths = events.into_iter().map(|e| e.path).collect();
-            let _ = tx.send(paths);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
+    let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
+        match result {
+            Ok(event) if may_change(&event.kind) => {
+                for path in event.paths {
+                    let _ = tx.send(path);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!("watching the handlers directory failed: {e}"),
         }
-        Err(e) => tracing::error!("watching the handlers directory failed: {e}"),
     })?;
-    debouncer
-        .watcher()
-        .watch(&dir, RecursiveMode::NonRecursive)?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
     tracing::info!(dir = %dir.display(), "watching for handler deployments");
     Ok(tokio::spawn(async move {
-        let _debouncer = debouncer;
+        let _watcher = watcher;
+        let mut changed = BTreeSet::new();
         loop {
+            let quiet = tokio::time::sleep(debounce);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                batch = rx.recv() => {
-                    let Some(paths) = batch else { break };
-                    for path in paths {
+                path = rx.recv() => match path {
+                    Some(path) => { changed.insert(path); }
+                    None => break,
+                },
+                _ = quiet, if !changed.is_empty() => {
+                    for path in std::mem::take(&mut changed) {
                         if HandlerRegistry::name_of(&path).is_some() {
                             apply(&registry, path).await;
                         }

@@ -26,12 +26,12 @@ use crate::config::{Config, Preopen, is_valid_name};
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
     /// The file could not be read.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {error}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (printed, not chained, so a report shows it once).
+        error: std::io::Error,
     },
     /// The file name does not give a valid handler name.
     #[error("{path}: `{name}` is not a valid handler name (letters, digits, `_`, `-`, `.`)")]
@@ -218,9 +218,9 @@ impl HandlerRegistry {
                 name,
             });
         }
-        let bytes = std::fs::read(path).map_err(|source| DeployError::Read {
+        let bytes = std::fs::read(path).map_err(|error| DeployError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         let hash = hex::encode(Sha256::digest(&bytes));
         if self.get(&name).is_some_and(|h| h.hash == hash) {

@@ -3,6 +3,7 @@
 //! identity is still enforced by the unique index on (queue, message_id).
 
 mod manage;
+mod migrate;
 mod statements;
 
 use std::str::FromStr;
@@ -29,8 +30,6 @@ pub struct SqliteStore {
     pool: SqlitePool,
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-
 impl SqliteStore {
     /// Open (creating if missing) the database at a `sqlite://PATH` URL and migrate it.
     pub async fn open(url: &str, max_connections: u32) -> Result<Self, QueueError> {
@@ -41,9 +40,9 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(30));
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
-        MIGRATOR.run(&pool).await?;
+        migrate::migrate(&pool, options.get_filename()).await?;
         Ok(SqliteStore { pool })
     }
 }

@@ -1,0 +1,401 @@
+// The Wharf dashboard: a single page over the admin API (/api/v1) and /readyz. No build
+// step and no external assets; every value from the API is inserted as text, never as HTML.
+"use strict";
+
+const TOKEN_KEY = "wharf-admin-token";
+const REFRESH_MS = 5000;
+let refreshTimer = null;
+
+// ---- DOM helpers -----------------------------------------------------------------------
+
+/** An element with attributes (on* are listeners) and children (strings become text). */
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+    else if (name === "class") el.className = value;
+    else el.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+function show(...nodes) {
+  const view = document.getElementById("view");
+  view.replaceChildren(...nodes);
+}
+
+function flash(text, bad) {
+  const el = document.getElementById("flash");
+  el.textContent = text;
+  el.className = bad ? "bad" : "";
+  el.hidden = false;
+  clearTimeout(flash.timer);
+  flash.timer = setTimeout(() => { el.hidden = true; }, 5000);
+}
+
+function time(ms) {
+  if (ms === null || ms === undefined) return "–";
+  return new Date(ms).toLocaleString();
+}
+
+function rate(perSecond) {
+  return perSecond >= 10 ? perSecond.toFixed(0) : perSecond.toFixed(2);
+}
+
+function statusBadge(status) {
+  const kind = { processed: "ok", failed: "bad", processing: "warn", pending: "", sleeping: "" }[status];
+  return h("span", { class: `badge ${kind || ""}`, "data-status": status }, status);
+}
+
+function table(headers, rows, empty) {
+  if (rows.length === 0) return h("p", { class: "muted" }, empty);
+  return h("table", {},
+    h("thead", {}, h("tr", {}, headers.map((c) => h("th", { class: c.num ? "num" : null }, c.label || c)))),
+    h("tbody", {}, rows));
+}
+
+// ---- API -------------------------------------------------------------------------------
+
+class Unauthorized extends Error {}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers);
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const response = await fetch(`/api/v1${path}`, Object.assign({}, options, { headers }));
+  const text = await response.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (_) { body = { error: text }; }
+  if (response.status === 401) throw new Unauthorized(body && body.error);
+  if (!response.ok) throw new Error((body && body.error) || `${response.status} ${response.statusText}`);
+  return body;
+}
+
+async function readiness() {
+  try {
+    const response = await fetch("/readyz");
+    return await response.json();
+  } catch (e) {
+    return { status: "unreachable", checks: {} };
+  }
+}
+
+async function healthBadge() {
+  const report = await readiness();
+  const badge = document.getElementById("health-badge");
+  badge.textContent = report.status === "healthy" ? "ready" : report.status;
+  badge.className = `badge ${report.status === "healthy" ? "ok" : "bad"}`;
+  return report;
+}
+
+// ---- Views -----------------------------------------------------------------------------
+
+async function overview() {
+  const [queues, report] = await Promise.all([api("/queues"), healthBadge()]);
+  const rows = queues.map((q) => {
+    const counts = Object.entries(q.counts);
+    return h("tr", { "data-queue": q.name },
+      h("td", {}, h("a", { href: `#/messages?queue=${encodeURIComponent(q.name)}` }, q.name)),
+      h("td", {}, q.storage === "external" ? `external (${q.provider})` : "sql"),
+      h("td", {}, q.handler, " ", q.handler_deployed ? null : h("span", { class: "badge bad" }, "not deployed")),
+      h("td", {}, h("div", { class: "chips" }, counts.length === 0 ? h("span", { class: "muted" }, "empty") :
+        counts.map(([status, n]) => h("a", {
+          class: `badge ${status === "failed" ? "bad" : status === "processed" ? "ok" : ""}`,
+          href: `#/messages?queue=${encodeURIComponent(q.name)}&status=${encodeURIComponent(status)}`,
+          "data-count": status,
+        }, `${status} ${n}`)))),
+      h("td", { class: "num", "data-rate": "processed" }, rate(q.rates.processed_per_s)),
+      h("td", { class: "num", "data-rate": "failed" }, rate(q.rates.failed_per_s)));
+  });
+  const checks = Object.entries(report.checks || {}).map(([name, check]) =>
+    h("tr", { "data-check": name },
+      h("td", {}, name),
+      h("td", {}, h("span", { class: `badge ${check.healthy ? "ok" : "bad"}` }, check.healthy ? "healthy" : "unhealthy")),
+      h("td", { class: "muted" }, check.detail)));
+  return [
+    h("h1", {}, "Queues"),
+    table(["Queue", "Storage", "Handler", "Messages by status", { label: "Processed/s", num: true },
+      { label: "Failed/s", num: true }], rows, "No queues are configured."),
+    h("p", { class: "muted" }, "Rates are per second over the last minute. Refreshes every 5 s."),
+    h("h2", {}, "Health"),
+    table(["Check", "State", "Detail"], checks, "No health checks are registered.")];
+}
+
+function messageActions(m, after) {
+  const act = async (what, call) => {
+    try {
+      await call();
+      flash(`${what}: message ${m.key}`);
+      after();
+    } catch (e) {
+      if (e instanceof Unauthorized) return askToken(e.message);
+      flash(`${what} failed: ${e.message}`, true);
+    }
+  };
+  return h("div", { class: "actions" },
+    h("button", {
+      "data-action": "retry", disabled: m.status === "processing",
+      onclick: () => act("Retried", () => api(`/messages/${m.key}/retry`, { method: "POST" })),
+    }, "Retry"),
+    h("button", {
+      class: "danger", "data-action": "delete", disabled: m.status === "processing",
+      onclick: () => {
+        if (confirm(`Delete message ${m.key}? This cannot be undone.`)) {
+          act("Deleted", () => api(`/messages/${m.key}`, { method: "DELETE" }));
+        }
+      },
+    }, "Delete"));
+}
+
+async function messages(params) {
+  const queue = params.get("queue") || "";
+  const status = params.get("status") || "";
+  const id = params.get("id") || "";
+  const cursor = params.get("cursor") || "";
+  const query = new URLSearchParams();
+  for (const [k, v] of [["queue", queue], ["status", status], ["id", id], ["cursor", cursor]]) {
+    if (v) query.set(k, v);
+  }
+  query.set("limit", "50");
+  const [queues, page] = await Promise.all([api("/queues"), api(`/messages?${query}`)]);
+  const go = (changes) => {
+    const next = new URLSearchParams(params);
+    next.delete("cursor");
+    for (const [k, v] of Object.entries(changes)) { if (v) next.set(k, v); else next.delete(k); }
+    location.hash = `#/messages?${next}`;
+  };
+  const statuses = ["", "pending", "processing", "failed", "sleeping", "processed", "awaiting-release"];
+  if (status && !statuses.includes(status)) statuses.push(status);
+  const filters = h("form", { class: "toolbar", onsubmit: (e) => {
+    e.preventDefault();
+    const form = new FormData(e.target);
+    go({ queue: form.get("queue"), status: form.get("status"), id: form.get("id").trim() });
+  } },
+  h("label", {}, "Queue", h("select", { name: "queue" },
+    h("option", { value: "" }, "all queues"),
+    queues.map((q) => h("option", { value: q.name, selected: q.name === queue }, q.name)))),
+  h("label", {}, "Status", h("select", { name: "status" },
+    statuses.map((s) => h("option", { value: s, selected: s === status }, s || "any status")))),
+  h("label", {}, "MessageId", h("input", { name: "id", value: id, placeholder: "exact id" })),
+  h("button", { type: "submit" }, "Filter"),
+  queue && status ? h("button", {
+    type: "button", "data-action": "retry-all",
+    onclick: async () => {
+      if (!confirm(`Retry every ${status} message of ${queue}?`)) return;
+      try {
+        const done = await api(`/messages/retry?queue=${encodeURIComponent(queue)}&status=${encodeURIComponent(status)}`, { method: "POST" });
+        flash(`Retried ${done.changed} messages`);
+        route();
+      } catch (e) { flash(`Retry failed: ${e.message}`, true); }
+    },
+  }, `Retry all ${status}`) : null);
+  const refresh = () => route();
+  const rows = page.messages.map((m) => h("tr", { "data-key": m.key },
+    h("td", { class: "num" }, h("a", { href: `#/message/${m.key}` }, m.key)),
+    h("td", {}, m.queue),
+    h("td", {}, statusBadge(m.status)),
+    h("td", { class: "mono clip", title: m.id || "" }, m.id || "–"),
+    h("td", { class: "num" }, m.attempts),
+    h("td", { class: "clip error", title: m.last_error || "" }, m.last_error || ""),
+    h("td", { class: "muted" }, time(m.updated_at_ms)),
+    h("td", {}, messageActions(m, refresh))));
+  const title = `${status ? `${status[0].toUpperCase()}${status.slice(1)} messages` : "Messages"}${queue ? ` in ${queue}` : ""}`;
+  return [
+    h("h1", {}, title),
+    filters,
+    table(["Key", "Queue", "Status", "MessageId", { label: "Attempts", num: true }, "Error", "Updated", ""],
+      rows, "No messages match."),
+    h("div", { class: "pager" },
+      cursor ? h("a", { class: "button", href: `#/messages?${withoutCursor(params)}` }, "Newest") : null,
+      page.next_cursor ? h("a", {
+        class: "button", "data-action": "older",
+        href: `#/messages?${withCursor(params, page.next_cursor)}`,
+      }, "Older →") : null,
+      h("span", { class: "muted" }, `${page.messages.length} shown, newest first`)),
+    queue && status ? replayForm({ queue, status }) : null].filter(Boolean);
+}
+
+function withCursor(params, cursor) {
+  const next = new URLSearchParams(params);
+  next.set("cursor", cursor);
+  return next;
+}
+
+function withoutCursor(params) {
+  const next = new URLSearchParams(params);
+  next.delete("cursor");
+  return next;
+}
+
+/** Upload a candidate component and replay one message (`key`) or a queue's messages. */
+function replayForm(target) {
+  const result = h("div", { class: "replay-result" });
+  const what = target.key !== undefined
+    ? `message ${target.key}`
+    : `the newest ${target.status} messages of ${target.queue} (up to 20)`;
+  const form = h("form", { class: "card replay", "data-replay": "", onsubmit: async (e) => {
+    e.preventDefault();
+    const file = e.target.candidate.files[0];
+    if (!file) return;
+    const query = target.key !== undefined
+      ? `key=${target.key}`
+      : `queue=${encodeURIComponent(target.queue)}&status=${encodeURIComponent(target.status)}`;
+    const button = e.target.querySelector("button");
+    button.disabled = true;
+    result.replaceChildren(h("p", { class: "muted" }, "Compiling the candidate and replaying…"));
+    try {
+      const report = await api(`/replay?${query}`, {
+        method: "POST", headers: { "Content-Type": "application/wasm" }, body: file,
+      });
+      result.replaceChildren(replayReport(report));
+    } catch (err) {
+      if (err instanceof Unauthorized) return askToken(err.message);
+      result.replaceChildren(h("p", { class: "error" }, err.message));
+    } finally {
+      button.disabled = false;
+    }
+  } },
+  h("h2", {}, "Replay against a candidate"),
+  h("p", { class: "muted" },
+    `Runs ${what} against a new version of the handler, in the same sandbox and limits, without side effects: its enqueues are shown, not executed, and stored messages are not changed.`),
+  h("div", { class: "toolbar" },
+    h("label", {}, "Candidate component (.wasm)", h("input", { type: "file", name: "candidate", accept: ".wasm", required: true })),
+    h("button", { type: "submit", class: "primary" }, "Replay")),
+  result);
+  return form;
+}
+
+function replayReport(report) {
+  const rows = report.results.map((r) => h("tr", { "data-replayed": r.key },
+    h("td", { class: "num" }, h("a", { href: `#/message/${r.key}` }, r.key)),
+    h("td", { class: "clip", title: r.last || "" }, r.last || r.status),
+    h("td", {}, h("span", { class: `badge ${r.succeeded ? "ok" : "bad"}` }, r.candidate)),
+    h("td", {}, r.enqueues.map((e) => h("div", { class: "mono" }, `→ ${e.queue}: ${e.payload}`))),
+    h("td", {}, r.logs.map((l) => h("div", { class: "mono" }, l)))));
+  return h("div", {},
+    h("p", { "data-summary": "" }, h("strong", {}, report.summary)),
+    table(["Key", "Last outcome", "Candidate", "Would enqueue", "Logs"], rows, "No messages to replay."));
+}
+
+function payloadText(payload) {
+  try { return JSON.stringify(JSON.parse(payload), null, 2); } catch (_) { return payload; }
+}
+
+async function message(key) {
+  const detail = await api(`/messages/${encodeURIComponent(key)}`);
+  const m = detail.message;
+  const field = (name, value) => [h("dt", {}, name), h("dd", {}, value === null || value === undefined || value === "" ? "–" : value)];
+  const history = detail.history.map((v) => h("tr", {},
+    h("td", { class: "num" }, v.version),
+    h("td", {}, statusBadge(v.status)),
+    h("td", { class: "num" }, v.attempts),
+    h("td", { class: "clip mono", title: v.payload }, v.payload),
+    h("td", { class: "clip error", title: v.last_error || "" }, v.last_error || ""),
+    h("td", { class: "muted" }, time(v.enqueued_at_ms))));
+  const back = `#/messages?queue=${encodeURIComponent(m.queue)}&status=${encodeURIComponent(m.status)}`;
+  return [
+    h("h1", {}, `Message ${m.key} `, statusBadge(m.status)),
+    h("div", { class: "toolbar" },
+      h("a", { class: "button", href: back }, `← ${m.status} in ${m.queue}`),
+      messageActions(m, () => route())),
+    h("div", { class: "grid2" },
+      h("div", { class: "card" }, h("dl", { class: "fields" },
+        field("Queue", m.queue), field("MessageId", m.id), field("Delivery", m.delivery_id),
+        field("Version", m.version), field("Attempts", m.attempts), field("Priority", m.priority),
+        field("Enqueued", time(m.enqueued_at_ms)), field("Process at", time(m.process_at_ms)),
+        field("Updated", time(m.updated_at_ms)), field("Processed", time(m.processed_at_ms)),
+        field("Outcome", m.outcome),
+        field("Error", m.last_error ? h("span", { class: "error", "data-error": "" }, m.last_error) : null))),
+      h("div", {},
+        h("h2", { class: "flush" }, "Payload"), h("pre", { "data-payload": "" }, payloadText(m.payload)),
+        h("h2", {}, "Headers"),
+        m.headers.length === 0 ? h("p", { class: "muted" }, "None.") :
+          h("dl", { class: "fields card" }, m.headers.map(([k, v]) => field(k, v))))),
+    h("h2", {}, "History of this MessageId"),
+    table([{ label: "Version", num: true }, "Status", { label: "Attempts", num: true }, "Payload", "Error", "Enqueued"],
+      history, m.id ? "No earlier versions." : "This message has no MessageId, so no history."),
+    replayForm({ key: m.key })];
+}
+
+async function handlers() {
+  const [loaded, deploys] = await Promise.all([api("/handlers"), api("/deploys")]);
+  const rows = loaded.map((x) => h("tr", { "data-handler": x.name },
+    h("td", {}, x.name),
+    h("td", { class: "mono", title: x.sha256 }, x.sha256.slice(0, 16)),
+    h("td", { class: "num" }, `${(x.size / 1024).toFixed(0)} KiB`),
+    h("td", {}, x.memory_limit),
+    h("td", { class: "muted" }, x.loaded_at),
+    h("td", { class: "muted clip", title: x.file }, x.file)));
+  const log = deploys.map((d) => h("tr", { "data-deploy": d.result },
+    h("td", { class: "muted" }, d.at),
+    h("td", {}, d.handler),
+    h("td", {}, h("span", { class: `badge ${d.result === "deployed" ? "ok" : d.result === "rejected" ? "bad" : ""}` }, d.result)),
+    h("td", { class: "mono" }, d.sha256 ? d.sha256.slice(0, 16) : "–"),
+    h("td", { class: "error" }, d.reason || "")));
+  return [
+    h("h1", {}, "Handlers"),
+    table(["Name", "SHA-256", { label: "Size", num: true }, "Memory cap", "Loaded", "File"], rows,
+      "No handler is deployed: drop a .wasm file into the handlers directory."),
+    h("h2", {}, "Deploy log"),
+    table(["When", "Handler", "Result", "SHA-256", "Reason"], log, "Nothing deployed since the host started.")];
+}
+
+// ---- Token and routing ------------------------------------------------------------------
+
+function askToken(reason) {
+  clearTimeout(refreshTimer);
+  const form = document.getElementById("token-form").content.cloneNode(true).firstElementChild;
+  const stored = sessionStorage.getItem(TOKEN_KEY);
+  if (stored) form.querySelector("[data-error]").textContent = reason || "The token was refused.";
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, form.token.value);
+    route();
+  });
+  show(form);
+  form.token.focus();
+}
+
+/** Bumped by every navigation: a slower, earlier view never replaces a newer one. */
+let generation = 0;
+
+async function route() {
+  clearTimeout(refreshTimer);
+  const mine = ++generation;
+  const hash = location.hash.replace(/^#/, "") || "/";
+  const [path, search] = hash.split("?");
+  const params = new URLSearchParams(search || "");
+  const nav = path.startsWith("/message") ? (params.get("status") === "failed" ? "failed" : "messages")
+    : path === "/handlers" ? "handlers" : "overview";
+  for (const link of document.querySelectorAll("[data-nav]")) {
+    link.classList.toggle("active", link.dataset.nav === nav);
+  }
+  document.getElementById("sign-out").hidden = !sessionStorage.getItem(TOKEN_KEY);
+  try {
+    let nodes;
+    if (path === "/messages") nodes = await messages(params);
+    else if (path.startsWith("/message/")) nodes = await message(decodeURIComponent(path.slice("/message/".length)));
+    else if (path === "/handlers") nodes = await handlers();
+    else nodes = await overview();
+    if (mine !== generation) return;
+    show(...nodes);
+    if (nav === "overview") refreshTimer = setTimeout(route, REFRESH_MS);
+    else healthBadge();
+  } catch (e) {
+    if (mine !== generation) return;
+    if (e instanceof Unauthorized) askToken(e.message);
+    else show(h("div", { class: "card error", "data-error": "" }, e.message));
+  }
+}
+
+document.getElementById("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  route();
+});
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,148 @@
+// Drives the Wharf dashboard in headless Chromium, as an operator would, and prints what it
+// did as one JSON line for the Rust test (tests/tests/dashboard.rs) to check against the store.
+//
+//   node dashboard.mjs BASE_URL TOKEN CANDIDATE.wasm SCREENSHOT_DIR
+//
+// Every step waits for what it expects on the page; a missing element fails the run with the
+// step's name. Screenshots of each view go to SCREENSHOT_DIR.
+
+import { chromium } from "playwright-core";
+import { mkdirSync } from "node:fs";
+
+const [base, token, candidate, shots] = process.argv.slice(2);
+if (!shots) {
+  console.error("usage: node dashboard.mjs BASE_URL TOKEN CANDIDATE.wasm SCREENSHOT_DIR");
+  process.exit(2);
+}
+mkdirSync(shots, { recursive: true });
+
+const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
+const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] });
+const page = await browser.newPage({ viewport: { width: 1366, height: 800 } });
+const problems = [];
+page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+// A refused request shows in the console too: responses are checked below instead. The only
+// error answers expected are the API's 401s that make the page ask for the token.
+page.on("console", (m) => {
+  if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) problems.push(`console: ${m.text()}`);
+});
+page.on("response", (r) => {
+  const expected = r.status() === 401 && r.url().startsWith(`${base}api/v1/`);
+  if (r.status() >= 400 && !expected) problems.push(`${r.status()} for ${r.url()}`);
+});
+page.on("requestfailed", (r) => problems.push(`request failed: ${r.url()}`));
+page.on("request", (r) => {
+  if (!r.url().startsWith(base)) problems.push(`external request: ${r.url()}`);
+});
+page.on("dialog", (d) => d.accept());
+
+const report = { steps: [] };
+async function step(name, work) {
+  try {
+    await work();
+    report.steps.push(name);
+  } catch (e) {
+    await page.screenshot({ path: `${shots}/failed-step.png`, fullPage: true }).catch(() => {});
+    console.error(`step "${name}" failed: ${e.message}`);
+    await browser.close();
+    process.exit(1);
+  }
+}
+const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+const timeout = { timeout: 15000 };
+
+await step("the dashboard asks for the token", async () => {
+  await page.goto(base, { waitUntil: "load" });
+  await page.waitForSelector("form#token", timeout);
+  await shot("01-token");
+});
+
+await step("a wrong token is refused", async () => {
+  await page.fill("form#token input[name=token]", "wrong-token");
+  await page.click("form#token button[type=submit]");
+  await page.waitForSelector("form#token [data-error]:text('wrong')", timeout);
+});
+
+await step("the right token opens the overview with counts and health", async () => {
+  await page.fill("form#token input[name=token]", token);
+  await page.click("form#token button[type=submit]");
+  await page.waitForSelector("tr[data-queue=work] a[data-count=failed]:text('failed 3')", timeout);
+  await page.waitForSelector("tr[data-queue=work] a[data-count=processed]:text('processed 2')", timeout);
+  await page.waitForSelector("tr[data-check=sql_storage] .badge.ok", timeout);
+  await page.waitForSelector("#health-badge.ok", timeout);
+  report.processedRate = Number(await page.textContent("tr[data-queue=work] td[data-rate=processed]"));
+  await shot("02-overview");
+});
+
+await step("the failed count opens the failed messages with their errors", async () => {
+  await page.click("tr[data-queue=work] a[data-count=failed]");
+  await page.waitForFunction(() => document.querySelectorAll("tr[data-key]").length === 3, null, timeout);
+  report.failedKeys = await page.$$eval("tr[data-key]", (rows) => rows.map((r) => Number(r.dataset.key)));
+  report.errors = await page.$$eval("tr[data-key] td.error", (cells) => cells.map((c) => c.textContent));
+  await shot("03-failed");
+});
+
+await step("retry resubmits a failed message, which the fixed handler processes", async () => {
+  const key = report.failedKeys[0];
+  await page.click(`tr[data-key="${key}"] button[data-action=retry]`);
+  await page.waitForSelector(`#flash:text('Retried: message ${key}')`, timeout);
+  report.retried = key;
+  const listing = page.url();
+  await page.goto(`${base}#/message/${key}`);
+  const deadline = Date.now() + 15000;
+  for (;;) {
+    await page.waitForSelector("h1 [data-status]", timeout);
+    report.retriedStatus = await page.getAttribute("h1 [data-status]", "data-status");
+    if (report.retriedStatus === "processed" || Date.now() > deadline) break;
+    await page.waitForTimeout(200);
+    await page.reload();
+  }
+  if (report.retriedStatus !== "processed") throw new Error(`still ${report.retriedStatus}`);
+  await shot("04-retried");
+  await page.goto(listing);
+  await page.waitForFunction(() => document.querySelectorAll("tr[data-key]").length === 2, null, timeout);
+});
+
+await step("delete removes a failed message from the list", async () => {
+  const key = report.failedKeys[1];
+  await page.click(`tr[data-key="${key}"] button[data-action=delete]`);
+  await page.waitForSelector(`#flash:text('Deleted: message ${key}')`, timeout);
+  await page.waitForSelector(`tr[data-key="${key}"]`, { state: "detached", timeout: 15000 });
+  report.deleted = key;
+});
+
+await step("the detail shows payload, error and history", async () => {
+  const key = report.failedKeys[2];
+  await page.click(`tr[data-key="${key}"] a`);
+  await page.waitForSelector("pre[data-payload]", timeout);
+  report.detailPayload = JSON.parse(await page.textContent("pre[data-payload]"));
+  report.detailError = await page.textContent("[data-error]");
+  report.detailHistoryHeading = await page.isVisible("h2:text('History of this MessageId')");
+  await shot("05-detail");
+});
+
+await step("replay runs the message against an uploaded candidate", async () => {
+  await page.setInputFiles("form[data-replay] input[type=file]", candidate);
+  await page.click("form[data-replay] button[type=submit]");
+  await page.waitForSelector("[data-summary]", { timeout: 120000 });
+  report.replaySummary = (await page.textContent("[data-summary]")).trim();
+  report.replayCandidate = await page.textContent("tr[data-replayed] .badge");
+  await shot("06-replay");
+});
+
+await step("handlers and the deploy log, with the rejected file's reason", async () => {
+  await page.click("a[data-nav=handlers]");
+  await page.waitForSelector("tr[data-handler=export]", timeout);
+  await page.waitForSelector("tr[data-deploy=rejected]", timeout);
+  report.rejectedReason = await page.textContent("tr[data-deploy=rejected] td.error");
+  await shot("07-handlers");
+});
+
+await step("forgetting the token asks for it again", async () => {
+  await page.click("#sign-out");
+  await page.waitForSelector("form#token", timeout);
+});
+
+report.problems = problems;
+await browser.close();
+console.log(JSON.stringify(report));
