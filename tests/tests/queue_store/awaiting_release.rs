@@ -35,6 +35,7 @@ pub async fn enqueue_while_leased_waits_for_release(store: Arc<dyn QueueStore>) 
     let m = store.get(key).await.unwrap().unwrap();
     assert_eq!(m.status, Status::AwaitingRelease);
     assert_eq!(m.payload, r#"{"v":1}"#, "the running version is untouched");
+    assert_eq!(m.version, 1, "the running payload keeps its version number");
     assert_eq!(m.next.as_ref().unwrap().payload, r#"{"v":2}"#);
     assert!(
         store.lease("q", 10, 30_000).await.unwrap().is_empty(),
@@ -57,6 +58,8 @@ pub async fn enqueue_while_leased_waits_for_release(store: Arc<dyn QueueStore>) 
         (Status::Processed, r#"{"v":1}"#)
     );
     assert!(history[0].processed_at_ms.is_some());
+    // Versions name payloads one to one: 1 was processed, the released one is 2.
+    assert_eq!((history[0].version, m.version), (1, 2));
     let next = store.lease("q", 10, 30_000).await.unwrap();
     assert_eq!((next.len(), next[0].payload.as_str()), (1, r#"{"v":2}"#));
 }

@@ -12,7 +12,7 @@ pub(super) const DEFER: &str = "
 UPDATE messages SET next_delivery_id = ?1, next_payload = ?2, next_payload_hash = ?3, next_headers = ?4,
     next_priority = ?5, next_process_at_ms = ?6, next_status = ?7, next_enqueued_at_ms = ?8,
     next_attempts = ?10, next_last_error = ?11, next_source_delivery_id = ?12,
-    status = 'awaiting-release', version = version + 1, updated_at_ms = ?8
+    status = 'awaiting-release', updated_at_ms = ?8
 WHERE key = ?9";
 
 /// Copy the live version of the selected rows into history, with `status` (?2) when given.
@@ -76,7 +76,7 @@ UPDATE messages SET delivery_id = next_delivery_id, payload = next_payload, payl
     status = COALESCE(?2, next_status, CASE WHEN next_process_at_ms > ?1 THEN 'sleeping' ELSE 'pending' END),
     attempts = COALESCE(next_attempts, 0), last_error = COALESCE(next_last_error, ?3),
     processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = ?1,
-    source_delivery_id = next_source_delivery_id, outcome = NULL,
+    source_delivery_id = next_source_delivery_id, outcome = NULL, version = version + 1,
     next_delivery_id = NULL, next_payload = NULL, next_payload_hash = NULL, next_headers = NULL,
     next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL,
     next_attempts = NULL, next_last_error = NULL, next_source_delivery_id = NULL
