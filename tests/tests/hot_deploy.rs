@@ -215,7 +215,12 @@ async fn a_broken_file_is_rejected_once_not_again_on_every_read() {
         host.registry.get("later").map(|_| ())
     })
     .await;
-    assert_eq!(rejections(&host), 1, "{:#?}", host.registry.deploys.recent());
+    assert_eq!(
+        rejections(&host),
+        1,
+        "{:#?}",
+        host.registry.deploys.recent()
+    );
     host.shutdown().await;
 }
 

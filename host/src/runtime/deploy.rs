@@ -56,8 +56,8 @@ pub fn watch(
     shutdown: CancellationToken,
 ) -> notify::Result<tokio::task::JoinHandle<()>> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
-    let mut watcher = notify::recommended_watcher(move |result: notify::Result<notify::Event>| {
-        match result {
+    let mut watcher =
+        notify::recommended_watcher(move |result: notify::Result<notify::Event>| match result {
             Ok(event) if may_change(&event.kind) => {
                 for path in event.paths {
                     let _ = tx.send(path);
@@ -65,8 +65,7 @@ pub fn watch(
             }
             Ok(_) => {}
             Err(e) => tracing::error!("watching the handlers directory failed: {e}"),
-        }
-    })?;
+        })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive)?;
     tracing::info!(dir = %dir.display(), "watching for handler deployments");
     Ok(tokio::spawn(async move {
