@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 use crate::config::{Config, QueueStorage};
 use crate::dispatch::DEFERRED_PUBLISH_HEADER;
 use crate::external::{Envelope, Provider, Providers, PublishOptions};
+use crate::queue::limits::{self, LimitError};
 use crate::queue::{Enqueued, NewMessage, QueueError, QueueStore, now_ms};
 
 /// Why a message was not enqueued.
@@ -33,6 +34,14 @@ pub enum EnqueueError {
         queue: String,
         /// The parser's message.
         reason: String,
+    },
+    /// The message is beyond a limit (id length, payload size).
+    #[error("cannot enqueue into `{queue}`: {limit}")]
+    Limit {
+        /// The target queue.
+        queue: String,
+        /// Which limit.
+        limit: LimitError,
     },
     /// The store failed.
     #[error(transparent)]
@@ -63,6 +72,7 @@ pub struct QueueRouter {
 struct Route {
     wake: Arc<Notify>,
     idempotent: bool,
+    max_payload: u64,
     /// For `storage = "external"`: the provider holding its pending messages.
     external: Option<ExternalRoute>,
 }
@@ -114,6 +124,7 @@ impl QueueRouter {
                     Route {
                         wake: Arc::new(Notify::new()),
                         idempotent: q.idempotent,
+                        max_payload: q.max_payload.as_u64(),
                         external: ExternalRoute::of(q, providers),
                     },
                 )
@@ -139,6 +150,30 @@ impl QueueRouter {
         }
     }
 
+    /// Whether `message` is within the limits of `queue` (id length, `max_payload`).
+    pub fn check_limits(&self, queue: &str, message: &NewMessage) -> Result<(), EnqueueError> {
+        let route = self.route(queue)?;
+        limits::check(
+            queue,
+            message.id.as_deref(),
+            &message.payload,
+            route.max_payload,
+        )
+        .map_err(|limit| EnqueueError::Limit {
+            queue: queue.to_string(),
+            limit,
+        })
+    }
+
+    fn route(&self, queue: &str) -> Result<&Route, EnqueueError> {
+        self.queues
+            .get(queue)
+            .ok_or_else(|| EnqueueError::UnknownQueue {
+                queue: queue.to_string(),
+                known: self.queues.keys().cloned().collect::<Vec<_>>().join(", "),
+            })
+    }
+
     /// The store behind the queues.
     pub fn store(&self) -> &Arc<dyn QueueStore> {
         &self.store
@@ -148,12 +183,8 @@ impl QueueRouter {
 #[async_trait]
 impl Enqueuer for QueueRouter {
     async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
-        let Some(route) = self.queues.get(queue) else {
-            return Err(EnqueueError::UnknownQueue {
-                queue: queue.to_string(),
-                known: self.queues.keys().cloned().collect::<Vec<_>>().join(", "),
-            });
-        };
+        let route = self.route(queue)?;
+        self.check_limits(queue, &message)?;
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&message.payload) {
             return Err(EnqueueError::InvalidPayload {
                 queue: queue.to_string(),

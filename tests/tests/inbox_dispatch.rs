@@ -168,7 +168,7 @@ async fn check_then_guest_then_record_and_a_redelivery_is_skipped() {
         .find(|l| l.starts_with("wharf_inbox_duplicates_total"))
         .expect("duplicate counter");
     assert_eq!(
-        line, r#"wharf_inbox_duplicates_total{endpoint="billing",queue="work",provider="sql"} 1"#,
+        line, r#"wharf_inbox_duplicates_total{endpoint="billing",queue="work",storage="sql"} 1"#,
         "bounded labels only"
     );
     host.shutdown().await;

@@ -53,11 +53,15 @@ pub async fn enqueue_file(
                 ),
             },
         };
-        messages.push(NewMessage {
+        let message = NewMessage {
             id,
             payload: line.to_string(),
             ..template.clone()
-        });
+        };
+        router
+            .check_limits(queue, &message)
+            .with_context(|| format!("{}:{}: nothing was enqueued", file.display(), n + 1))?;
+        messages.push(message);
     }
     let total = messages.len() as u64;
     let bar = ProgressBar::new(total).with_style(

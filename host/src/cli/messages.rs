@@ -289,13 +289,16 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
             status,
             limit,
         } => {
+            // One more than shown tells whether there are more.
             let filter = MessageFilter {
                 queue: queue.clone(),
                 status: status.as_deref().map(Status::parse),
-                limit: *limit,
+                limit: limit.saturating_add(1),
                 ..Default::default()
             };
-            let messages = store.list(&filter).await?;
+            let mut messages = store.list(&filter).await?;
+            let more = messages.len() > *limit as usize;
+            messages.truncate(*limit as usize);
             if cli.json {
                 print_json(&messages)?;
             } else {
@@ -324,6 +327,11 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
                     ]);
                 }
                 println!("{t}");
+                if more {
+                    println!(
+                        "showing the newest {limit}; more match (raise --limit, or filter by --queue / --status)"
+                    );
+                }
             }
         }
         MessagesCommand::Show { key } => {

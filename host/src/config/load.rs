@@ -219,6 +219,13 @@ impl Config {
                     return Err(ConfigError::key(file, key(k), "must be at least 1"));
                 }
             }
+            if queue.max_payload.as_u64() == 0 {
+                return Err(ConfigError::key(
+                    file,
+                    key("max_payload"),
+                    "must be at least 1 byte",
+                ));
+            }
             if queue.timeout.is_zero() {
                 return Err(ConfigError::key(
                     file,
@@ -371,6 +378,17 @@ mod tests {
         assert!(reason.contains("unknown field `concurency`"), "{reason}");
         let (key, _) = key_error("[hots]\nx = 1\n");
         assert_eq!(key, "hots");
+    }
+
+    #[test]
+    fn max_payload_defaults_to_a_mebibyte_and_takes_sizes() {
+        let c = parse("[queues.orders]\nhandler = \"h\"\n").unwrap();
+        assert_eq!(c.queues["orders"].max_payload.as_u64(), 1024 * 1024);
+        let c = parse("[queues.orders]\nhandler = \"h\"\nmax_payload = \"256KiB\"\n").unwrap();
+        assert_eq!(c.queues["orders"].max_payload.as_u64(), 256 * 1024);
+        let (key, reason) = key_error("[queues.orders]\nhandler = \"h\"\nmax_payload = \"0B\"\n");
+        assert_eq!(key, "queues.orders.max_payload");
+        assert!(reason.contains("at least 1 byte"), "{reason}");
     }
 
     #[test]

@@ -293,6 +293,10 @@ pub struct QueueConfig {
     /// Messages leased per round trip to the store.
     #[serde(default = "QueueConfig::default_batch")]
     pub batch: u32,
+    /// The largest payload an enqueue may carry (default 1 MiB); larger ones are refused,
+    /// and a larger broker message is moved into the SQL queue as failed.
+    #[serde(default = "QueueConfig::default_max_payload")]
+    pub max_payload: ByteSize,
     /// Discard an enqueue whose payload equals (as JSON values) the latest version of the
     /// message with the same id.
     #[serde(default)]
@@ -370,6 +374,10 @@ impl QueueConfig {
         32
     }
 
+    fn default_max_payload() -> ByteSize {
+        ByteSize::b(crate::queue::limits::DEFAULT_MAX_PAYLOAD)
+    }
+
     /// A queue bound to `handler` with every other key at its default.
     pub fn for_handler(handler: impl Into<String>) -> Self {
         QueueConfig {
@@ -381,6 +389,7 @@ impl QueueConfig {
             backoff: Self::default_backoff(),
             max_backoff: Self::default_max_backoff(),
             batch: Self::default_batch(),
+            max_payload: Self::default_max_payload(),
             idempotent: false,
             retry_abandoned: true,
             retention: RetentionConfig::default(),

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +23,7 @@ use super::{
 };
 use crate::config::QueueConfig;
 use crate::dispatch::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Source, Verdict, Work};
+use crate::queue::limits;
 use crate::queue::{Disposition, NewMessage, QueueStore, Status, now_ms};
 use crate::runtime::Message;
 
@@ -42,13 +44,25 @@ pub struct Item {
 /// The key the host counts a message's deliveries under: the broker's identity of the
 /// message, or its MessageId, or its body's SHA-256.
 fn counting_key(delivery: &Delivery, envelope: Option<&Envelope>) -> String {
-    match &delivery.identity {
+    let key = match &delivery.identity {
         Some(identity) => format!("delivery:{identity}"),
         None => attempt_key(
             envelope.and_then(|e| e.message_id.as_deref()),
             &delivery.body,
         ),
+    };
+    bounded(key)
+}
+
+/// Longest counting key stored as is; a longer one (a direct producer's long MessageId) is
+/// stored as its SHA-256, so the table's index never meets an over-long key.
+const MAX_COUNTING_KEY: usize = 256;
+
+fn bounded(key: String) -> String {
+    if key.len() <= MAX_COUNTING_KEY {
+        return key;
     }
+    format!("key-sha256:{}", hex::encode(Sha256::digest(key.as_bytes())))
 }
 
 /// One external queue.
@@ -296,20 +310,35 @@ impl Source for ExternalSource {
                     Some(id) => format!("message_id={id}"),
                     None => "message_id=(none)".to_string(),
                 };
-                let decided = match &invalid {
-                    Some(error) => {
+                let over_limit = envelope.as_ref().and_then(|e| {
+                    limits::check(
+                        &self.name,
+                        e.message_id.as_deref(),
+                        &e.message_json,
+                        self.config.max_payload.as_u64(),
+                    )
+                    .err()
+                });
+                let decided = match (&invalid, over_limit) {
+                    (Some(error), _) => {
                         tracing::error!(queue = %self.name, provider = %self.provider, "moving a message that is not a valid envelope into the SQL queue as failed: {error}");
                         Some(Disposition::Fail {
                             error: error.clone(),
                         })
                     }
-                    None if attempt > max_attempts => Some(Disposition::Fail {
+                    (None, Some(limit)) => {
+                        tracing::error!(queue = %self.name, provider = %self.provider, "moving a message beyond a limit into the SQL queue as failed: {limit}");
+                        Some(Disposition::Fail {
+                            error: limit.to_string(),
+                        })
+                    }
+                    (None, None) if attempt > max_attempts => Some(Disposition::Fail {
                         error: format!(
                             "delivered again after attempt {} of {max_attempts} was never settled (the host stopped or lost the broker), no attempts left",
                             attempt - 1
                         ),
                     }),
-                    None => None,
+                    (None, None) => None,
                 };
                 if inbox.is_some() && id.is_none() && invalid.is_none() {
                     tracing::warn!(queue = %self.name, provider = %self.provider, "inbox bypassed: the envelope has no MessageId; the handler runs without deduplication");

@@ -174,13 +174,14 @@ pub fn inbox_recorded(endpoint: &str, count: usize) {
         .increment(count as u64);
 }
 
-/// Count a redelivery skipped by the consumer inbox.
-pub fn duplicate_detected(endpoint: &str, queue: &str, provider: &'static str) {
+/// Count a redelivery skipped by the consumer inbox; `storage` is where the queue's pending
+/// messages live (`sql`, `redis`, `rabbitmq`, `kafka`, `servicebus`), not the inbox store.
+pub fn duplicate_detected(endpoint: &str, queue: &str, storage: &'static str) {
     metrics::counter!(
         "wharf_inbox_duplicates_total",
         "endpoint" => endpoint.to_string(),
         "queue" => queue.to_string(),
-        "provider" => provider
+        "storage" => storage
     )
     .increment(1);
 }

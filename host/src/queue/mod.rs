@@ -6,6 +6,7 @@
 //! earliest processing date first; then first enqueued first.
 
 mod backoff;
+pub mod limits;
 mod notify;
 mod payload;
 mod plan;

@@ -218,19 +218,58 @@ pub async fn failures_move_into_sql_with_their_attempts<H: Harness>() {
 
 pub async fn a_malformed_body_ends_failed_in_sql<H: Harness>() {
     let h = H::shared().await;
-    let (_dir, host) = start(&h, "").await;
+    let (_dir, host) = start(&h, "max_payload = \"64B\"\n").await;
     h.produce_direct("export_order", b"this is not an envelope")
         .await;
     h.produce_direct("export_order", &[0xff, 0xfe, 0x00]).await;
-    let failed = wait_for(T, "both bodies failed in SQL", || async {
+    // Valid envelopes beyond a limit: a payload over the queue's 64 bytes, an id over 1024
+    // characters. They end failed in SQL with the reason and nothing of them lost.
+    let large = json!({ "text": "x".repeat(100) });
+    h.produce_direct(
+        "export_order",
+        &envelope_body(large.clone(), Some("large-1")),
+    )
+    .await;
+    let long_id = "i".repeat(1025);
+    h.produce_direct("export_order", &envelope_body(json!({}), Some(&long_id)))
+        .await;
+    let failed = wait_for(T, "all four bodies failed in SQL", || async {
         let failed: Vec<_> = messages(&host, "export_order")
             .await
             .into_iter()
             .filter(|m| m.status == Status::Failed)
             .collect();
-        (failed.len() == 2).then_some(failed)
+        (failed.len() == 4).then_some(failed)
     })
     .await;
+    let too_large = failed
+        .iter()
+        .find(|m| m.id.as_deref() == Some("large-1"))
+        .expect("the oversized message keeps its id");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&too_large.payload).unwrap(),
+        large
+    );
+    assert!(
+        too_large
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("`queues.export_order.max_payload`"),
+        "{too_large:?}"
+    );
+    let too_long = failed
+        .iter()
+        .find(|m| m.id.as_deref() == Some(long_id.as_str()))
+        .expect("the over-long id is kept");
+    assert!(
+        too_long
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("ids are limited to 1024"),
+        "{too_long:?}"
+    );
     let raw = failed
         .iter()
         .find(|m| header(m, "wharf.envelope").as_deref() == Some("this is not an envelope"))

@@ -83,7 +83,7 @@ impl PostgresStore {
         queue: &str,
         id: &str,
     ) -> Result<Vec<HistoryEntry>, QueueError> {
-        let rows = sqlx::query("SELECT * FROM message_history WHERE queue = $1 AND message_id = $2 ORDER BY history_key")
+        let rows = sqlx::query("SELECT * FROM message_history WHERE queue = $1 AND wharf_id_hash(message_id) = wharf_id_hash($2) AND message_id = $2 ORDER BY history_key")
             .bind(queue)
             .bind(id)
             .fetch_all(&self.pool)

@@ -282,7 +282,7 @@ impl PostgresStore {
             }
             let Some(row) = sqlx::query(
                 "SELECT key, status, payload_hash, next_payload_hash FROM messages
-                 WHERE queue = $1 AND message_id = $2 FOR UPDATE",
+                 WHERE queue = $1 AND wharf_id_hash(message_id) = wharf_id_hash($2) AND message_id = $2 FOR UPDATE",
             )
             .bind(queue)
             .bind(&message.id)
@@ -511,7 +511,7 @@ impl QueueStore for PostgresStore {
         let rows = sqlx::query(
             "SELECT * FROM messages
              WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR status = $2)
-               AND ($4::text IS NULL OR message_id = $4) AND ($5::bigint IS NULL OR key < $5)
+               AND ($4::text IS NULL OR (wharf_id_hash(message_id) = wharf_id_hash($4) AND message_id = $4)) AND ($5::bigint IS NULL OR key < $5)
              ORDER BY key DESC LIMIT $3",
         )
         .bind(&filter.queue)

@@ -5,7 +5,7 @@ INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, hea
                       process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms, last_error,
                       source_delivery_id, attempts)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $11, $12, $13)
-ON CONFLICT (queue, message_id) WHERE message_id IS NOT NULL DO NOTHING
+ON CONFLICT (queue, wharf_id_hash(message_id)) WHERE message_id IS NOT NULL DO NOTHING
 RETURNING key";
 
 pub(super) const DEFER: &str = "
