@@ -202,9 +202,30 @@ impl Replayer {
         let result = invoke(&handler, guest_message, queue.timeout, capture.clone())
             .with_subscriber(subscriber)
             .await;
+        // The handler's environment is granted to the candidate too (a faithful run), but its
+        // values never leave through the report: a candidate that prints them shows `***`.
+        let secrets: Vec<&str> = handler
+            .grants
+            .env
+            .iter()
+            .map(|(_, value)| value.as_str())
+            .filter(|value| value.len() >= 4)
+            .collect();
+        let hide = |text: String| redact(text, &secrets);
         let (candidate, succeeded) = describe(&result);
-        let enqueues = std::mem::take(&mut *capture.0.lock().expect("capture"));
-        let logs = std::mem::take(&mut *logs.0.lock().expect("logs"));
+        let candidate = hide(candidate);
+        let enqueues = std::mem::take(&mut *capture.0.lock().expect("capture"))
+            .into_iter()
+            .map(|e| CapturedEnqueue {
+                queue: e.queue,
+                payload: hide(e.payload),
+                id: e.id.map(&hide),
+            })
+            .collect();
+        let logs = std::mem::take(&mut *logs.0.lock().expect("logs"))
+            .into_iter()
+            .map(&hide)
+            .collect();
         Ok(ReplayResult {
             key: message.key,
             queue: message.queue.clone(),
@@ -293,6 +314,16 @@ pub async fn replay_selection(
     })
 }
 
+/// `text` with every occurrence of each of `secrets` replaced by `***`.
+fn redact(mut text: String, secrets: &[&str]) -> String {
+    for secret in secrets {
+        if text.contains(secret) {
+            text = text.replace(secret, "***");
+        }
+    }
+    text
+}
+
 fn describe(result: &Result<Result<Outcome, HandlerError>, InvokeError>) -> (String, bool) {
     match result {
         Ok(Ok(Outcome::Completed)) => ("completed".into(), true),
@@ -301,5 +332,22 @@ fn describe(result: &Result<Result<Outcome, HandlerError>, InvokeError>) -> (Str
         Ok(Err(HandlerError::Transient(e))) => (format!("transient: {e}"), false),
         Ok(Err(HandlerError::Permanent(e))) => (format!("permanent: {e}"), false),
         Err(e) => (e.to_string(), false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn granted_values_are_hidden_from_the_report() {
+        assert_eq!(
+            redact(
+                "token=s3cr3t-value and s3cr3t-value".into(),
+                &["s3cr3t-value"]
+            ),
+            "token=*** and ***"
+        );
+        assert_eq!(redact("nothing here".into(), &["s3cr3t"]), "nothing here");
     }
 }

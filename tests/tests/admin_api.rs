@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{TestDir, msg, wait_status};
+use wharf_tests::{TestDir, msg, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -103,26 +103,31 @@ async fn every_endpoint_answers_and_errors_name_the_problem() {
         parked.push(host.router.enqueue("parked", m).await.unwrap().key);
     }
 
-    // Queues with counts by status.
-    let queues = get(&host, "/api/v1/queues").await;
-    assert_eq!(queues.status, 200, "{}", queues.body);
-    let work = queues
-        .body
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|q| q["name"] == "work")
-        .unwrap();
-    assert_eq!(work["counts"], json!({"processed": 1, "failed": 1}));
+    // Queues with counts by status: sampled, so they catch up within a few seconds of being
+    // asked for (each call asks for a fresh count).
+    let find = |body: &Value, name: &str| {
+        body.as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == name)
+            .cloned()
+            .unwrap()
+    };
+    let queues = wait_for(T, "the sampled counts to catch up", || async {
+        let queues = get(&host, "/api/v1/queues").await;
+        assert_eq!(queues.status, 200, "{}", queues.body);
+        (find(&queues.body, "work")["counts"] == json!({"processed": 1, "failed": 1})
+            && find(&queues.body, "parked")["counts"] == json!({"pending": 5}))
+        .then_some(queues)
+    })
+    .await;
+    let work = find(&queues.body, "work");
     assert_eq!(work["handler_deployed"], true);
-    let idle = queues
-        .body
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|q| q["name"] == "parked")
-        .unwrap();
-    assert_eq!(idle["counts"], json!({"pending": 5}));
+    assert!(
+        work["counted_at_ms"].as_i64().unwrap() > wharf_host::queue::now_ms() - 60_000,
+        "{work}"
+    );
+    let idle = find(&queues.body, "parked");
     assert_eq!(idle["handler_deployed"], false);
 
     // Filtered, paged listing: 5 pending in pages of 2.
@@ -436,4 +441,49 @@ async fn the_token_guards_the_api_but_not_health_or_metrics() {
             .contains("admin.token: host.admin_listen 0.0.0.0:0 is not a loopback address"),
         "{error:#}"
     );
+}
+
+/// A raw request's status line with the given `Host` header.
+fn status_with_host(addr: std::net::SocketAddr, path: &str, host: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer.lines().next().unwrap_or("").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_the_api_answers_only_to_loopback_names() {
+    let dir = TestDir::new();
+    let host = dir.start("[queues.work]\nhandler = \"none\"\n").await;
+    let addr = host.admin_addr;
+    let port = addr.port();
+    let lines = tokio::task::spawn_blocking(move || {
+        [
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            "rebound.example".to_string(),
+        ]
+        .map(|name| status_with_host(addr, "/api/v1/queues", &name))
+    })
+    .await
+    .unwrap();
+    assert!(lines[0].contains("200"), "{lines:?}");
+    assert!(lines[1].contains("200"), "{lines:?}");
+    assert!(
+        lines[2].contains("403"),
+        "a rebound name is refused: {lines:?}"
+    );
+    // Probes are not the API: they answer under any name.
+    let probe =
+        tokio::task::spawn_blocking(move || status_with_host(addr, "/healthz", "rebound.example"))
+            .await
+            .unwrap();
+    assert!(probe.contains("200"), "{probe}");
+    host.shutdown().await;
 }

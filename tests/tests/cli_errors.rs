@@ -1,7 +1,7 @@
 //! Errors reach the user once: a command that fails on the database or on a missing file
 //! prints the underlying reason one time, not once per wrapping layer.
 
-use wharf_tests::TestDir;
+use wharf_tests::{TestDir, database_url};
 
 /// How often `needle` occurs in `haystack`.
 fn occurrences(haystack: &str, needle: &str) -> usize {
@@ -11,8 +11,13 @@ fn occurrences(haystack: &str, needle: &str) -> usize {
 #[test]
 fn a_database_error_is_printed_once() {
     let dir = TestDir::new();
+    // The configured server, with a database that does not exist.
+    let server = database_url();
+    let base = server
+        .rsplit_once('/')
+        .map_or(server.as_str(), |(base, _)| base);
     dir.write_config_with_storage(
-        "url = \"postgres://postgres@127.0.0.1:5432/wharf_no_such_database\"",
+        &format!("url = \"{base}/wharf_no_such_database\""),
         "[queues.work]\nhandler = \"none\"\n",
     );
     let (ok, _, stderr) = dir.wharf(&["messages", "list"]);

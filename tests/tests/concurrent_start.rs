@@ -52,13 +52,15 @@ async fn processes_starting_together_on_a_new_sqlite_file_all_succeed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_starting_together_on_a_new_postgres_schema_all_succeed() {
-    let dir = TestDir::new();
-    let schema = PgSchema::new();
-    dir.write_config_with_storage(
-        &format!("url = \"{}\"\nschema = \"{}\"", database_url(), schema.name),
-        QUEUE,
-    );
-    enqueue_all_at_once(&dir).await;
+    for _ in 0..ROUNDS {
+        let dir = TestDir::new();
+        let schema = PgSchema::new();
+        dir.write_config_with_storage(
+            &format!("url = \"{}\"\nschema = \"{}\"", database_url(), schema.name),
+            QUEUE,
+        );
+        enqueue_all_at_once(&dir).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,8 +28,17 @@ fn ids_up_to_the_limit(dir: &TestDir) {
     assert_eq!(listed.len(), 1, "the second enqueue updates the first");
     assert_eq!(listed[0]["id"], json!(longest));
     assert_eq!(listed[0]["payload"], json!(r#"{"v":2}"#));
-    let (ok, _, stderr) = dir.wharf(&["messages", "history", "--queue", "work", "--id", &longest]);
+    let (ok, stdout, stderr) = dir.wharf(&[
+        "--json", "messages", "history", "--queue", "work", "--id", &longest,
+    ]);
     assert!(ok, "{stderr}");
+    let history: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        history.len(),
+        1,
+        "the replaced version is found by the long id"
+    );
+    assert_eq!(history[0]["payload"], json!(r#"{"v":1}"#));
 
     let over = "a".repeat(1025);
     let (ok, _, stderr) = dir.wharf(&["enqueue", "work", "{}", "--id", &over]);

@@ -165,6 +165,16 @@ handler = "export"
 
 /// `POST /api/v1/replay` with the candidate as the body: (status, JSON body).
 async fn replay_api(host: &wharf_host::RunningHost, query: &str, body: Vec<u8>) -> (u16, Value) {
+    replay_api_as(host, query, body, "application/wasm").await
+}
+
+/// [`replay_api`] with another content type.
+async fn replay_api_as(
+    host: &wharf_host::RunningHost,
+    query: &str,
+    body: Vec<u8>,
+    content_type: &'static str,
+) -> (u16, Value) {
     let url = format!("http://{}/api/v1/replay?{query}", host.admin_addr);
     tokio::task::spawn_blocking(move || {
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -174,7 +184,7 @@ async fn replay_api(host: &wharf_host::RunningHost, query: &str, body: Vec<u8>) 
         let mut response = agent
             .post(&url)
             .header("Authorization", "Bearer replay-token")
-            .content_type("application/wasm")
+            .content_type(content_type)
             .send(&body[..])
             .unwrap_or_else(|e| panic!("POST {url}: {e}"));
         let status = response.status().as_u16();
@@ -265,7 +275,17 @@ handler = "not-deployed"
             .contains("handler `export`"),
         "{error}"
     );
-    let (status, error) = replay_api(&host, "limit=3", candidate).await;
+    let (status, error) = replay_api(&host, "limit=3", candidate.clone()).await;
     assert_eq!(status, 400, "{error}");
+    // Only `application/wasm` (a cross-site form post cannot send it without a preflight).
+    let (status, error) = replay_api_as(&host, "queue=orders", candidate, "text/plain").await;
+    assert_eq!(status, 415, "{error}");
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("application/wasm"),
+        "{error}"
+    );
     host.shutdown().await;
 }

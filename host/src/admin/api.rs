@@ -151,8 +151,11 @@ pub struct QueueInfo {
     pub storage: String,
     /// The provider of an external queue.
     pub provider: Option<String>,
-    /// Messages in the SQL queue by status.
+    /// Messages in the SQL queue by status, as last counted.
     pub counts: BTreeMap<String, u64>,
+    /// When they were counted (ms since the epoch): counts are sampled, at most a few
+    /// seconds old while someone is looking.
+    pub counted_at_ms: i64,
     /// Processed and failed per second over the last minute.
     pub rates: crate::metrics::Rates,
 }
@@ -160,7 +163,16 @@ pub struct QueueInfo {
 async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
     let mut out = Vec::new();
     for (name, queue) in &state.config.queues {
-        let counts = state.store.counts(name).await?;
+        let snapshot = match crate::metrics::counts::latest(name) {
+            Some(snapshot) => snapshot,
+            // Not sampled yet (the host just started): count once now.
+            None => {
+                let counts = state.store.counts(name).await?;
+                crate::metrics::counts::record(name, counts);
+                crate::metrics::counts::latest(name).expect("just recorded")
+            }
+        };
+        let counts = snapshot.counts;
         out.push(QueueInfo {
             name: name.clone(),
             handler: queue.handler.clone(),
@@ -169,8 +181,10 @@ async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
             provider: queue.provider.clone(),
             counts: counts
                 .into_iter()
+                .filter(|(_, n)| *n > 0)
                 .map(|(s, n)| (s.as_str().to_string(), n))
                 .collect(),
+            counted_at_ms: snapshot.at_ms,
             rates: crate::metrics::rates(name),
         });
     }
@@ -281,6 +295,7 @@ async fn retry(State(state): State<AppState>, Key(key): Key) -> ApiResult<Change
     if changed == 0 {
         return Err(busy(key));
     }
+    crate::metrics::counts::want_fresh();
     Ok(Json(Changed { changed }))
 }
 
@@ -308,6 +323,7 @@ async fn retry_all(
         status: Status::parse(&query.status),
     };
     let changed = state.store.retry(&selector).await?;
+    crate::metrics::counts::want_fresh();
     Ok(Json(Changed { changed }))
 }
 
@@ -346,6 +362,7 @@ async fn move_to(
     if !state.store.move_to(key, &status).await? {
         return Err(busy(key));
     }
+    crate::metrics::counts::want_fresh();
     Ok(Json(Changed { changed: 1 }))
 }
 
@@ -408,6 +425,7 @@ async fn move_all(
             done.skipped += 1;
         }
     }
+    crate::metrics::counts::want_fresh();
     Ok(Json(done))
 }
 
@@ -426,6 +444,7 @@ async fn delete_all(
             done.skipped += 1;
         }
     }
+    crate::metrics::counts::want_fresh();
     Ok(Json(done))
 }
 
@@ -434,6 +453,7 @@ async fn delete(State(state): State<AppState>, Key(key): Key) -> ApiResult<Chang
     if !state.store.delete(key).await? {
         return Err(busy(key));
     }
+    crate::metrics::counts::want_fresh();
     Ok(Json(Changed { changed: 1 }))
 }
 

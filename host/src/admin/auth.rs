@@ -25,6 +25,20 @@ pub(super) async fn require_token(
     next: Next,
 ) -> Response {
     let Some(expected) = state.config.admin.token.as_ref() else {
+        // No token means a loopback listener. A page elsewhere could still reach it through
+        // a name that resolves to 127.0.0.1 (DNS rebinding): such a request names another
+        // host, so only loopback names are answered.
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !loopback_name(host) {
+            let body = serde_json::json!({ "error": format!(
+                "this host answers the API without a token only under a loopback name (localhost, 127.0.0.1, [::1]), not `{host}`: set [admin] token to reach it by another name"
+            ) });
+            return (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
+        }
         return next.run(request).await;
     };
     let presented = request
@@ -37,6 +51,22 @@ pub(super) async fn require_token(
         Some(_) => refuse("the admin token is wrong"),
         None => refuse("this endpoint needs the admin token: `Authorization: Bearer TOKEN`"),
     }
+}
+
+/// Whether a `Host` header value names this machine's loopback interface.
+fn loopback_name(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        // `[::1]:9464`, `127.0.0.1:9464`, `localhost:9464`; a bare `::1` has colons too.
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) && !name.ends_with(':') => {
+            name
+        }
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn refuse(reason: &str) -> Response {
@@ -52,6 +82,30 @@ fn refuse(reason: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_names_only() {
+        for host in [
+            "localhost",
+            "localhost:9464",
+            "127.0.0.1:9464",
+            "127.0.0.2",
+            "[::1]:9464",
+            "[::1]",
+            "LOCALHOST:1",
+        ] {
+            assert!(loopback_name(host), "{host}");
+        }
+        for host in [
+            "evil.example:9464",
+            "10.0.0.5:9464",
+            "",
+            "localhost.evil.example",
+            "[::2]:80",
+        ] {
+            assert!(!loopback_name(host), "{host}");
+        }
+    }
 
     #[test]
     fn only_the_exact_token_matches() {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 
 use super::AppState;
@@ -61,23 +61,39 @@ fn selection(query: ReplayQuery) -> Result<Selection, ApiError> {
 pub(super) async fn replay(
     State(state): State<AppState>,
     Params(query): Params<ReplayQuery>,
+    headers: HeaderMap,
     candidate: Bytes,
 ) -> Result<Json<ReplayReport>, ApiError> {
+    // Only `application/wasm`: a browser must then ask (CORS preflight) before another site's
+    // page could post here, and this server never says yes.
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type != "application/wasm" {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("send the candidate as `Content-Type: application/wasm`, not `{content_type}`"),
+        ));
+    }
     let selection = selection(query)?;
     if candidate.is_empty() {
         return Err(ApiError::bad_request(
             "the request body must be the candidate component (a .wasm file)".to_string(),
         ));
     }
-    let _turn = RUNNING.acquire().await.expect("never closed");
+    // The turn is held by the blocking job itself: a client that hangs up does not free it
+    // while the replay still runs.
+    let turn = RUNNING.acquire().await.expect("never closed");
     let config = state.config.as_ref().clone();
     let store = Arc::clone(&state.store);
     let runtime = tokio::runtime::Handle::current();
     let report = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         runtime.block_on(replay_selection(
             config,
             store.as_ref(),
-            candidate.to_vec(),
+            Vec::from(candidate),
             &selection,
         ))
     })

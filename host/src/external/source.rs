@@ -227,10 +227,15 @@ impl ExternalSource {
             payload,
             priority: envelope.map_or(0, |e| e.priority),
             process_at_ms: Some(at_ms),
-            headers: vec![
-                (MOVED_FROM_HEADER.to_string(), self.provider.clone()),
-                ("wharf.envelope".to_string(), body),
-            ],
+            headers: {
+                let mut headers = vec![(MOVED_FROM_HEADER.to_string(), self.provider.clone())];
+                // The raw body, except for an envelope over `max_payload`: its payload is
+                // kept already, and twice would double what was too large.
+                if envelope.is_none() || body.len() as u64 <= self.config.max_payload.as_u64() {
+                    headers.push(("wharf.envelope".to_string(), body));
+                }
+                headers
+            },
             status,
             last_error: error,
             source_delivery_id: id,

@@ -6,6 +6,7 @@
 //! names from the handlers directory, and fixed outcome/status words — never message ids.
 //! The README lists every metric.
 
+pub mod counts;
 mod rates;
 
 pub use rates::{Rates, rates};
@@ -207,13 +208,21 @@ pub async fn run_sampler(sampled: Sampled, interval: Duration, shutdown: Cancell
     loop {
         // Histograms keep their samples until upkeep folds them in, scraped or not.
         install().run_upkeep();
+        let started = tokio::time::Instant::now();
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = sample(&sampled, &mut seen) => {}
         }
+        // The next pass: after `interval`, or sooner when the API wants fresh counts (but
+        // never sooner than `counts::MIN_GAP` after this one began).
+        let asked = async {
+            counts::wanted().await;
+            tokio::time::sleep_until(started + counts::MIN_GAP).await;
+        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(interval) => {}
+            _ = asked => {}
         }
     }
 }
@@ -240,6 +249,7 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
             Err(_) => tracing::debug!(%queue, "sampling the queue's counts timed out"),
             Ok(Err(e)) => tracing::debug!(%queue, "sampling the queue's counts failed: {e}"),
             Ok(Ok(counts)) => {
+                counts::record(queue, counts.clone());
                 let statuses = seen.entry(queue.clone()).or_default();
                 statuses.extend(STATUSES.iter().map(|s| s.to_string()));
                 statuses.extend(counts.iter().map(|(s, _)| s.as_str().to_string()));

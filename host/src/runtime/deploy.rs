@@ -47,20 +47,34 @@ fn may_change(kind: &EventKind) -> bool {
     )
 }
 
+/// What the watcher passes on: a handler file that may have changed, or "look at every
+/// file again" (the kernel's event queue overflowed, so some events were lost).
+enum Change {
+    File(PathBuf),
+    Rescan,
+}
+
 /// Watch `dir` until `shutdown`, deploying and removing handlers as files change. Changed
-/// paths are gathered until no event arrived for `debounce`, then applied together.
+/// handler files are gathered until no event about them arrived for `debounce` (or for at
+/// most ten times that from the first one, so a busy directory cannot hold deploys back
+/// forever), then applied together.
 pub fn watch(
     registry: Arc<HandlerRegistry>,
     dir: PathBuf,
     debounce: Duration,
     shutdown: CancellationToken,
 ) -> notify::Result<tokio::task::JoinHandle<()>> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Change>();
     let mut watcher =
         notify::recommended_watcher(move |result: notify::Result<notify::Event>| match result {
+            Ok(event) if event.need_rescan() => {
+                let _ = tx.send(Change::Rescan);
+            }
             Ok(event) if may_change(&event.kind) => {
                 for path in event.paths {
-                    let _ = tx.send(path);
+                    if HandlerRegistry::name_of(&path).is_some() {
+                        let _ = tx.send(Change::File(path));
+                    }
                 }
             }
             Ok(_) => {}
@@ -71,24 +85,45 @@ pub fn watch(
     Ok(tokio::spawn(async move {
         let _watcher = watcher;
         let mut changed = BTreeSet::new();
+        let mut first_at = tokio::time::Instant::now();
         loop {
             let quiet = tokio::time::sleep(debounce);
+            let longest = tokio::time::sleep_until(first_at + debounce * 10);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                path = rx.recv() => match path {
-                    Some(path) => { changed.insert(path); }
-                    None => break,
-                },
-                _ = quiet, if !changed.is_empty() => {
-                    for path in std::mem::take(&mut changed) {
-                        if HandlerRegistry::name_of(&path).is_some() {
-                            apply(&registry, path).await;
+                change = rx.recv() => {
+                    if changed.is_empty() {
+                        first_at = tokio::time::Instant::now();
+                    }
+                    match change {
+                        Some(Change::File(path)) => { changed.insert(path); }
+                        Some(Change::Rescan) => {
+                            tracing::warn!(dir = %dir.display(), "file events were lost: checking every handler file again");
+                            changed.extend(every_handler_path(&registry, &dir));
                         }
+                        None => break,
+                    }
+                }
+                _ = async { tokio::select! { _ = quiet => {}, _ = longest => {} } }, if !changed.is_empty() => {
+                    for path in std::mem::take(&mut changed) {
+                        apply(&registry, path).await;
                     }
                 }
             }
         }
     }))
+}
+
+/// Every handler file in `dir` and every deployed handler's file (which may be gone).
+fn every_handler_path(registry: &HandlerRegistry, dir: &Path) -> BTreeSet<PathBuf> {
+    let mut paths: BTreeSet<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| HandlerRegistry::name_of(p).is_some())
+        .collect();
+    paths.extend(registry.list().iter().map(|h| h.path.clone()));
+    paths
 }
 
 /// Bring one file's state into the registry: deploy it if present, remove it if gone.

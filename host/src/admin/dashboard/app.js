@@ -43,6 +43,14 @@ function time(ms) {
   return new Date(ms).toLocaleString();
 }
 
+/** How long ago the oldest of the queues' counts was taken, in words. */
+function age(queues) {
+  if (queues.length === 0) return "now";
+  const oldest = Math.min(...queues.map((q) => q.counted_at_ms));
+  const seconds = Math.max(0, Math.round((Date.now() - oldest) / 1000));
+  return seconds < 2 ? "just now" : `${seconds} s ago`;
+}
+
 function rate(perSecond) {
   return perSecond >= 10 ? perSecond.toFixed(0) : perSecond.toFixed(2);
 }
@@ -121,7 +129,7 @@ async function overview() {
     h("h1", {}, "Queues"),
     table(["Queue", "Storage", "Handler", "Messages by status", { label: "Processed/s", num: true },
       { label: "Failed/s", num: true }], rows, "No queues are configured."),
-    h("p", { class: "muted" }, "Rates are per second over the last minute. Refreshes every 5 s."),
+    h("p", { class: "muted" }, `Counts taken ${age(queues)}; rates are per second over the last minute. Refreshes every 5 s.`),
     h("h2", {}, "Health"),
     table(["Check", "State", "Detail"], checks, "No health checks are registered.")];
 }
@@ -191,7 +199,10 @@ async function messages(params) {
         const done = await api(`/messages/retry?queue=${encodeURIComponent(queue)}&status=${encodeURIComponent(status)}`, { method: "POST" });
         flash(`Retried ${done.changed} messages`);
         route();
-      } catch (e) { flash(`Retry failed: ${e.message}`, true); }
+      } catch (e) {
+        if (e instanceof Unauthorized) return askToken(e.message);
+        flash(`Retry failed: ${e.message}`, true);
+      }
     },
   }, `Retry all ${status}`) : null);
   const refresh = () => route();

@@ -175,7 +175,9 @@ impl RabbitProvider {
             .with_headers(headers)
             .with_content_type(ShortString::from("application/json"))
             .with_timestamp(now_ms().div_euclid(1000) as u64);
-        if let Some(id) = &envelope.message_id {
+        // An AMQP short string holds at most 255 bytes; a longer id travels in the envelope
+        // only (the property is a convenience for direct consumers, not Wharf's identity).
+        if let Some(id) = envelope.message_id.as_ref().filter(|id| id.len() <= 255) {
             properties = properties.with_message_id(ShortString::from(id.as_str()));
         }
         if let Some(max) = self.settings.max_priority {

@@ -118,12 +118,23 @@ impl ServiceBusProvider {
         Outgoing {
             body: envelope.to_json(),
             broker: SettableBrokerProperties {
-                message_id: envelope.message_id.clone(),
+                message_id: envelope.message_id.as_deref().map(broker_message_id),
                 scheduled_enqueue_time_utc: scheduled,
                 ..SettableBrokerProperties::default()
             },
         }
     }
+}
+
+/// The broker's `MessageId` for a MessageId: itself up to Service Bus's 128 characters, else
+/// `sha256:` and its hash (64 hex digits), which keeps duplicate detection per id. The full
+/// id always travels in the envelope.
+fn broker_message_id(id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    if id.chars().count() <= 128 {
+        return id.to_string();
+    }
+    format!("sha256:{}", hex::encode(Sha256::digest(id.as_bytes())))
 }
 
 #[async_trait]
@@ -193,5 +204,20 @@ impl Provider for ServiceBusProvider {
                 .collect(),
             self.settings.readiness_subscription.clone(),
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::broker_message_id;
+
+    #[test]
+    fn long_ids_become_their_hash_within_the_brokers_limit() {
+        assert_eq!(broker_message_id("order-1"), "order-1");
+        let exact = "a".repeat(128);
+        assert_eq!(broker_message_id(&exact), exact);
+        let long = broker_message_id(&"a".repeat(129));
+        assert!(long.starts_with("sha256:") && long.len() == 71, "{long}");
+        assert_ne!(long, broker_message_id(&"b".repeat(129)));
     }
 }

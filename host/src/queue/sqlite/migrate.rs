@@ -14,9 +14,14 @@ use super::super::QueueError;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
-/// Bring the database at `database` (its file name) up to date, holding the migration lock.
-pub(super) async fn migrate(pool: &SqlitePool, database: &Path) -> Result<(), QueueError> {
-    let _lock = match lock_path(database) {
+/// Bring the database at `database` (its file name; `in_memory` for a private in-memory
+/// database, which needs no lock) up to date, holding the migration lock.
+pub(super) async fn migrate(
+    pool: &SqlitePool,
+    database: &Path,
+    in_memory: bool,
+) -> Result<(), QueueError> {
+    let _lock = match lock_path(database).filter(|_| !in_memory) {
         Some(path) => Some(lock(path).await?),
         None => None,
     };
@@ -44,7 +49,14 @@ async fn lock(path: PathBuf) -> Result<File, QueueError> {
             .truncate(false)
             .write(true)
             .open(&path)?;
-        file.lock()?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tracing::info!(lock = %path.display(), "another process is migrating the database: waiting for it");
+                file.lock()?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
         Ok(file)
     })
     .await

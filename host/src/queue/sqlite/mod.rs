@@ -42,7 +42,8 @@ impl SqliteStore {
             .max_connections(max_connections)
             .connect_with(options.clone())
             .await?;
-        migrate::migrate(&pool, options.get_filename()).await?;
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        migrate::migrate(&pool, options.get_filename(), in_memory).await?;
         Ok(SqliteStore { pool })
     }
 }
