@@ -193,7 +193,8 @@ impl TestDir {
         std::fs::rename(&tmp, self.handler_path(name)).expect("renaming handler into place");
     }
 
-    /// Write `wharf.toml`: test-friendly `[host]`/`[storage]` settings (SQLite) followed by
+    /// Write `wharf.toml`: test-friendly `[host]`/`[storage]` settings (SQLite; counts and
+    /// gauges sampled every 500 ms) followed by
     /// `queues` (TOML text with `[queues.NAME]` tables).
     pub fn write_config(&self, queues: &str) -> PathBuf {
         self.write_config_with_storage(
@@ -205,7 +206,7 @@ impl TestDir {
     /// Like [`TestDir::write_config`], with the given `[storage]` body.
     pub fn write_config_with_storage(&self, storage: &str, queues: &str) -> PathBuf {
         let text = format!(
-            "[host]\nadmin_listen = \"127.0.0.1:0\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{queues}"
+            "[host]\nadmin_listen = \"127.0.0.1:0\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\nmetrics_interval = \"500ms\"\n\n[storage]\n{storage}\n\n{queues}"
         );
         let path = self.path("wharf.toml");
         std::fs::write(&path, text).expect("writing config");

@@ -59,10 +59,10 @@ inbox = { store = "sql" }
 handler = "flaky"
 "#,
     );
-    // Gauges sampled every 100 ms instead of every 15 s.
+    // Gauges sampled every 100 ms instead of the tests' 500 ms (15 s by default).
     let text = std::fs::read_to_string(&path).unwrap().replacen(
-        "[host]\n",
-        "[host]\nmetrics_interval = \"100ms\"\n",
+        "metrics_interval = \"500ms\"",
+        "metrics_interval = \"100ms\"",
         1,
     );
     std::fs::write(&path, text).unwrap();
