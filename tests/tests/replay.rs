@@ -17,31 +17,35 @@ fn replay(dir: &TestDir, args: &[&str]) -> (bool, String, String) {
     dir.wharf(&all)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fixed_candidate_completes_the_failed_messages_without_side_effects() {
-    let dir = TestDir::new();
-    // The serving version traps on every message.
+/// A host whose `orders` handler (`export`) traps on every message, with `failing` messages
+/// that ended failed; `replies` has no handler, so anything enqueued there stays visible.
+async fn host_with_failures(
+    dir: &TestDir,
+    extra: &str,
+    failing: u32,
+) -> (wharf_host::RunningHost, Vec<i64>) {
     dir.deploy("export", "trap");
     let host = dir
-        .start(
-            r#"
-[queues.orders]
-handler = "export"
-max_attempts = 1
-
-[queues.replies]
-handler = "not-deployed"
-"#,
-        )
+        .start(&format!(
+            "{extra}\n[queues.orders]\nhandler = \"export\"\nmax_attempts = 1\n\n[queues.replies]\nhandler = \"not-deployed\"\n"
+        ))
         .await;
     let mut keys = Vec::new();
-    for n in 0..3 {
+    for n in 0..failing {
         let m = msg(json!({"reply_to": "replies", "n": n}));
         keys.push(host.router.enqueue("orders", m).await.unwrap().key);
     }
     for key in &keys {
         wait_status(&host, *key, Status::Failed, T).await;
     }
+    (host, keys)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_candidate_completes_the_failed_messages_without_side_effects() {
+    let dir = TestDir::new();
+    // The serving version traps on every message.
+    let (host, keys) = host_with_failures(&dir, "", 3).await;
     let before = messages(&host, "orders").await;
     host.shutdown().await;
 
@@ -201,30 +205,7 @@ async fn replay_api_as(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_replays_an_uploaded_candidate_without_side_effects() {
     let dir = TestDir::new();
-    dir.deploy("export", "trap");
-    let host = dir
-        .start(
-            r#"
-[admin]
-token = "replay-token"
-
-[queues.orders]
-handler = "export"
-max_attempts = 1
-
-[queues.replies]
-handler = "not-deployed"
-"#,
-        )
-        .await;
-    let mut keys = Vec::new();
-    for n in 0..2 {
-        let m = msg(json!({"reply_to": "replies", "n": n}));
-        keys.push(host.router.enqueue("orders", m).await.unwrap().key);
-    }
-    for key in &keys {
-        wait_status(&host, *key, Status::Failed, T).await;
-    }
+    let (host, keys) = host_with_failures(&dir, "[admin]\ntoken = \"replay-token\"\n", 2).await;
     let candidate = std::fs::read(guest("flaky")).unwrap();
 
     let (status, report) = replay_api(&host, "queue=orders&status=failed", candidate.clone()).await;
