@@ -321,7 +321,7 @@ async function message(key) {
         field("Enqueued", time(m.enqueued_at_ms)), field("Process at", time(m.process_at_ms)),
         field("Updated", time(m.updated_at_ms)), field("Processed", time(m.processed_at_ms)),
         field("Outcome", m.outcome),
-        field("Error", m.last_error ? h("span", { class: "error", "data-error": "" }, m.last_error) : null))),
+        field("Last error", m.last_error ? h("span", { class: "error", "data-error": "" }, m.last_error) : null))),
       h("div", {},
         h("h2", { class: "flush" }, "Payload"), h("pre", { "data-payload": "" }, payloadText(m.payload)),
         h("h2", {}, "Headers"),
