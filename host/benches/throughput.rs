@@ -1,159 +1,278 @@
-//! End-to-end throughput: messages enqueued, then processed by a no-op guest through the
-//! whole host (lease batches, fresh instance per message, batched settlement), on SQLite
-//! (20k messages) and PostgreSQL (100k messages, without and with the consumer inbox).
+//! Throughput on the user's path, every row from one run, rounds interleaved
+//! (`WHARF_BENCH_ROUNDS`, default 2; `WHARF_BENCH_MESSAGES`, default 100,000):
+//!
+//! - **enqueue**: `wharf enqueue bench --file` of the whole backlog (the release CLI, process
+//!   start and schema checks included, as a user runs it);
+//! - **drain**: that backlog processed by a no-op guest, timed between 1 % and 99 %
+//!   processed — a warm host: start-up, the handler's compile and the deploy are before the
+//!   window. Drain only: the enqueue is its own row.
+//!
+//! For SQLite, PostgreSQL and Redis (external pending storage), each with the inbox off and
+//! on, with the queue defaults and tuned (`concurrency = 128`, `batch = 128`).
 
-#![allow(missing_docs)] // criterion_group! generates undocumented items
+mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use wharf_host::Config;
-use wharf_host::enqueue::Enqueuer;
-use wharf_host::queue::{NewMessage, Status};
+
+use common::{PROCESSED, median};
 
 fn database_url() -> String {
     std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
-/// The `[storage]` body for a run: SQLite in `dir`, or a fresh PostgreSQL schema.
-fn storage(postgres: bool, run: u64) -> String {
-    if postgres {
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Sqlite,
+    Postgres,
+    Redis,
+}
+
+impl Store {
+    fn name(self) -> &'static str {
+        match self {
+            Store::Sqlite => "SQLite",
+            Store::Postgres => "PostgreSQL",
+            Store::Redis => "Redis",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    store: Store,
+    inbox: bool,
+    tuned: bool,
+}
+
+impl Row {
+    fn label(self) -> String {
         format!(
-            "url = \"{}\"\nschema = \"wharf_bench_{}_{run}\"\nmax_connections = 16",
-            database_url(),
-            std::process::id()
+            "{:<10} inbox {:<3} {}",
+            self.store.name(),
+            if self.inbox { "on" } else { "off" },
+            if self.tuned {
+                "tuned (128/128)"
+            } else {
+                "queue defaults"
+            }
         )
-    } else {
-        "url = \"sqlite://bench.db\"".to_string()
     }
 }
 
-async fn drop_schema(postgres: bool, run: u64) {
-    if postgres {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
-        let sql = format!(
-            "DROP SCHEMA IF EXISTS wharf_bench_{}_{run} CASCADE",
-            std::process::id()
-        );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+/// Where one run keeps its messages, removed afterwards.
+struct Place {
+    dir: tempfile::TempDir,
+    tag: String,
+}
+
+impl Place {
+    fn new(run: usize) -> Self {
+        Place {
+            dir: tempfile::tempdir().unwrap(),
+            tag: format!("{}_{run}", std::process::id()),
+        }
+    }
+
+    fn config(&self, row: Row) -> PathBuf {
+        let tag = &self.tag;
+        let mut text = String::from("[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\n");
+        text += &match row.store {
+            Store::Sqlite => "url = \"sqlite://bench.db\"\n".to_string(),
+            _ => format!(
+                "url = \"{}\"\nschema = \"wharf_tp_{tag}\"\nmax_connections = 16\n",
+                database_url()
+            ),
+        };
+        if row.inbox && row.store == Store::Redis {
+            text += &format!(
+                "[inbox.redis]\nurl = \"{}\"\nkey_prefix = \"wharf-tp:{tag}:inbox:\"\n",
+                redis_url()
+            );
+        }
+        text += "[queues.bench]\nhandler = \"noop\"\n";
+        if row.tuned {
+            text += "concurrency = 128\nbatch = 128\n";
+        }
+        if row.inbox {
+            let store = if row.store == Store::Redis {
+                "redis"
+            } else {
+                "sql"
+            };
+            text += &format!("inbox = {{ store = \"{store}\" }}\n");
+        }
+        if row.store == Store::Redis {
+            text += &format!(
+                "storage = \"external\"\nprovider = \"main\"\n[providers.main]\ntype = \"redis\"\n\
+                 url = \"{}\"\nkey_prefix = \"wharf-tp:{tag}:\"\n",
+                redis_url()
+            );
+        }
+        let path = self.dir.path().join("wharf.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    async fn clean(&self, store: Store) {
+        match store {
+            Store::Sqlite => {}
+            Store::Postgres => {}
+            Store::Redis => {
+                let mut conn = redis::Client::open(redis_url())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(format!("wharf-tp:{}:*", self.tag))
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                if !keys.is_empty() {
+                    let _: () = redis::cmd("DEL")
+                        .arg(keys)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+        if store != Store::Sqlite {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+            let sql = format!("DROP SCHEMA IF EXISTS wharf_tp_{} CASCADE", self.tag);
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
     }
 }
 
-async fn run_once(postgres: bool, inbox: bool, messages: u64, run: u64) -> Duration {
+/// Enqueue `messages` with the CLI, then drain them in a host. Returns (enqueue, drain) msg/s.
+async fn run_once(row: Row, messages: u64, run: usize) -> (f64, f64) {
     let guest = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../sample-handlers/target/wasm32-wasip2/release/noop.wasm");
     assert!(guest.exists(), "build the guests first: cargo xtask guests");
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("handlers")).unwrap();
-    let config_path = dir.path().join("wharf.toml");
-    let text = format!(
-        "[host]\nadmin_listen = \"127.0.0.1:0\"\n[storage]\n{}\n[queues.bench]\nhandler = \"noop\"\nconcurrency = 64\nbatch = 64\n{}",
-        storage(postgres, run),
-        if inbox {
-            "inbox = { store = \"sql\" }\n"
-        } else {
-            ""
-        }
+    let place = Place::new(run);
+    let config = place.config(row);
+    let lines: String = (0..messages)
+        .map(|n| format!("{{\"order_id\":\"{n}\",\"customer\":\"Ada\",\"total_cents\":1999}}\n"))
+        .collect();
+    let file = place.dir.path().join("messages.jsonl");
+    std::fs::write(&file, lines).unwrap();
+
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        .arg("--config")
+        .arg(&config)
+        .args(["enqueue", "bench", "--file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let enqueue_s = started.elapsed().as_secs_f64();
+    assert!(
+        out.status.success(),
+        "wharf enqueue failed: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::write(&config_path, text).unwrap();
-    let host = wharf_host::start(Config::load(&config_path).unwrap())
+
+    std::fs::create_dir_all(place.dir.path().join("handlers")).unwrap();
+    std::fs::copy(&guest, place.dir.path().join("handlers/noop.wasm")).unwrap();
+    let base = PROCESSED.load(Ordering::Relaxed);
+    let host = wharf_host::start(Config::load(&config).unwrap())
         .await
         .unwrap();
-    // Fill the queue while no handler is deployed, then deploy and time the drain.
-    let mut producers = tokio::task::JoinSet::new();
-    for p in 0..16u64 {
-        let router = host.router.clone();
-        producers.spawn(async move {
-            for n in (p..messages).step_by(16) {
-                let payload =
-                    format!(r#"{{"order_id":"{n}","customer":"Ada","total_cents":1999}}"#);
-                router
-                    .enqueue(
-                        "bench",
-                        NewMessage {
-                            payload,
-                            ..NewMessage::default()
-                        },
-                    )
-                    .await
-                    .unwrap();
-            }
-        });
-    }
-    producers.join_all().await;
-    let started = Instant::now();
-    std::fs::copy(&guest, dir.path().join("handlers/noop.wasm")).unwrap();
-    loop {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let counts = host.store.counts("bench").await.unwrap();
-        let done = counts
-            .iter()
-            .find(|(s, _)| *s == Status::Processed)
-            .map_or(0, |(_, n)| *n);
-        if done == messages {
-            break;
+    let processed = || PROCESSED.load(Ordering::Relaxed) - base;
+    let (low, high) = (messages / 100, messages * 99 / 100);
+    let mut window: (Option<(Instant, u64)>, Option<(Instant, u64)>) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while processed() < messages {
+        assert!(Instant::now() < deadline, "{}: did not drain", row.label());
+        let (n, now) = (processed(), Instant::now());
+        if window.0.is_none() && n >= low {
+            window.0 = Some((now, n));
         }
+        if window.1.is_none() && n >= high {
+            window.1 = Some((now, n));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let elapsed = started.elapsed();
     host.shutdown().await;
-    drop_schema(postgres, run).await;
-    elapsed
+    place.clean(row.store).await;
+    let ((t0, n0), (t1, n1)) = (window.0.unwrap(), window.1.unwrap());
+    let drain = (n1 - n0) as f64 / (t1 - t0).as_secs_f64();
+    (messages as f64 / enqueue_s, drain)
 }
 
-fn bench(c: &mut Criterion) {
+fn main() {
+    if common::filtered_out("throughput enqueue drain sqlite postgres redis") {
+        return;
+    }
+    common::count_processed();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    let messages: u64 = std::env::var("WHARF_BENCH_MESSAGES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000);
+    let mut rows = Vec::new();
+    for store in [Store::Postgres, Store::Sqlite, Store::Redis] {
+        for inbox in [false, true] {
+            for tuned in [false, true] {
+                rows.push(Row {
+                    store,
+                    inbox,
+                    tuned,
+                });
+            }
+        }
+    }
+    let mut enqueues: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    let mut drains: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
     let mut run = 0;
-    for (name, postgres, inbox, messages, time) in [
-        (
-            "sqlite, no-op guest, 20k messages",
-            false,
-            false,
-            20_000u64,
-            40,
-        ),
-        (
-            "postgres, no-op guest, 100k messages",
-            true,
-            false,
-            100_000u64,
-            60,
-        ),
-        (
-            "postgres + sql inbox, no-op guest, 100k messages",
-            true,
-            true,
-            100_000u64,
-            60,
-        ),
-    ] {
-        let mut group = c.benchmark_group("end-to-end");
-        group.throughput(Throughput::Elements(messages));
-        group
-            .sample_size(10)
-            .warm_up_time(Duration::from_secs(1))
-            .measurement_time(Duration::from_secs(time));
-        group.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    run += 1;
-                    total += rt.block_on(run_once(postgres, inbox, messages, run));
-                }
-                total
-            })
-        });
-        group.finish();
+    for round in 1..=common::rounds() {
+        for (i, row) in rows.iter().enumerate() {
+            run += 1;
+            let (enqueue, drain) = rt.block_on(run_once(*row, messages, run));
+            println!(
+                "round {round}: {}  enqueue {enqueue:>7.0} msg/s  drain {drain:>7.0} msg/s",
+                row.label()
+            );
+            enqueues[i].push(enqueue);
+            drains[i].push(drain);
+        }
+    }
+    println!(
+        "\n{messages} messages, medians over {} rounds:",
+        common::rounds()
+    );
+    println!("| store | inbox | queue settings | enqueue (CLI, msg/s) | drain (1 %–99 %, msg/s) |");
+    println!("|---|---|---|---|---|");
+    for (i, row) in rows.iter().enumerate() {
+        println!(
+            "| {} | {} | {} | {:.0} | {:.0} |",
+            row.store.name(),
+            if row.inbox { "on" } else { "off" },
+            if row.tuned {
+                "concurrency 128, batch 128"
+            } else {
+                "defaults"
+            },
+            median(enqueues[i].clone()),
+            median(drains[i].clone()),
+        );
     }
 }
-
-criterion_group!(benches, bench);
-criterion_main!(benches);

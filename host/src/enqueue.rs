@@ -61,6 +61,35 @@ pub enum EnqueueError {
 pub trait Enqueuer: Send + Sync + 'static {
     /// Enqueue one message into `queue`.
     async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError>;
+
+    /// Enqueue many messages into `queue`, in order (the same id twice is applied twice, in
+    /// that order). Results are in input order.
+    async fn enqueue_many(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Enqueued>, EnqueueError> {
+        let mut results = Vec::with_capacity(messages.len());
+        for message in messages {
+            results.push(self.enqueue(queue, message).await?);
+        }
+        Ok(results)
+    }
+}
+
+/// Envelopes per publish call to a provider.
+const PUBLISH_BATCH: usize = 500;
+
+/// Where one message of a batch goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// The SQL queue.
+    Store,
+    /// The SQL queue, sleeping until due, then published by the host (external queue whose
+    /// provider has no native delay).
+    StoreThenPublish,
+    /// The external provider, delayed until `due` when set.
+    Provider { due: Option<i64> },
 }
 
 /// Routes messages to the storage of each configured queue.
@@ -180,53 +209,151 @@ impl QueueRouter {
     }
 }
 
-#[async_trait]
-impl Enqueuer for QueueRouter {
-    async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
-        let route = self.route(queue)?;
-        self.check_limits(queue, &message)?;
+impl QueueRouter {
+    /// Whether `message` can be enqueued into `queue`: limits, and JSON payload.
+    fn check(&self, queue: &str, message: &NewMessage) -> Result<(), EnqueueError> {
+        self.check_limits(queue, message)?;
         if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&message.payload) {
             return Err(EnqueueError::InvalidPayload {
                 queue: queue.to_string(),
                 reason: e.to_string(),
             });
         }
-        // External queues keep pending messages in their provider; a custom status is not
-        // pending, so it goes to the SQL queue like every other non-pending state.
-        if let (Some(external), None) = (&route.external, &message.status) {
-            let due = message.process_at_ms.filter(|at| *at > now_ms());
-            if due.is_none() || external.provider.capabilities().delay {
-                let envelope = Envelope::new(message.payload, message.id, message.priority);
+        Ok(())
+    }
+
+    /// Where `message` goes. External queues keep pending messages in their provider; a
+    /// custom status is not pending, so it goes to the SQL queue like every other
+    /// non-pending state.
+    fn target(route: &Route, message: &NewMessage, now: i64) -> Target {
+        let Some(external) = route.external.as_ref().filter(|_| message.status.is_none()) else {
+            return Target::Store;
+        };
+        let due = message.process_at_ms.filter(|at| *at > now);
+        if due.is_none() || external.provider.capabilities().delay {
+            Target::Provider { due }
+        } else {
+            Target::StoreThenPublish
+        }
+    }
+
+    /// Enqueue a run of messages that share their target.
+    async fn enqueue_run(
+        &self,
+        queue: &str,
+        route: &Route,
+        target: Target,
+        mut run: Vec<NewMessage>,
+    ) -> Result<Vec<Enqueued>, EnqueueError> {
+        let external = route.external.as_ref();
+        match (target, external) {
+            (Target::Provider { due }, Some(external)) => {
                 let options = PublishOptions {
                     due_at_ms: due,
                     ..external.options
                 };
-                let status = external
-                    .provider
-                    .publish(queue, std::slice::from_ref(&envelope), options)
-                    .await
-                    .map_err(|e| EnqueueError::External {
-                        queue: queue.to_string(),
-                        reason: format!("provider `{}`: {e}", external.name),
-                    })?
-                    .pop()
-                    .ok_or_else(|| EnqueueError::External {
-                        queue: queue.to_string(),
-                        reason: format!("provider `{}` answered no status", external.name),
-                    })?;
-                return Ok(Enqueued { key: 0, status });
+                let envelopes: Vec<Envelope> = run
+                    .into_iter()
+                    .map(|m| Envelope::new(m.payload, m.id, m.priority))
+                    .collect();
+                let mut results = Vec::with_capacity(envelopes.len());
+                for part in envelopes.chunks(PUBLISH_BATCH) {
+                    let statuses = external
+                        .provider
+                        .publish(queue, part, options)
+                        .await
+                        .map_err(|e| EnqueueError::External {
+                            queue: queue.to_string(),
+                            reason: format!("provider `{}`: {e}", external.name),
+                        })?;
+                    if statuses.len() != part.len() {
+                        return Err(EnqueueError::External {
+                            queue: queue.to_string(),
+                            reason: format!(
+                                "provider `{}` answered {} statuses for {} messages",
+                                external.name,
+                                statuses.len(),
+                                part.len()
+                            ),
+                        });
+                    }
+                    results.extend(
+                        statuses
+                            .into_iter()
+                            .map(|status| Enqueued { key: 0, status }),
+                    );
+                }
+                Ok(results)
             }
-            // No native delay: kept (sleeping) in the SQL queue, published when due.
-            let mut message = message;
-            message
-                .headers
-                .push((DEFERRED_PUBLISH_HEADER.to_string(), external.name.clone()));
-            return Ok(self.store.enqueue(queue, message, route.idempotent).await?);
+            (Target::StoreThenPublish, Some(external)) => {
+                // No native delay: kept (sleeping) in the SQL queue, published when due.
+                for message in &mut run {
+                    message
+                        .headers
+                        .push((DEFERRED_PUBLISH_HEADER.to_string(), external.name.clone()));
+                }
+                Ok(self
+                    .store
+                    .enqueue_many(queue, run, route.idempotent)
+                    .await?)
+            }
+            _ => {
+                let done = self
+                    .store
+                    .enqueue_many(queue, run, route.idempotent)
+                    .await?;
+                if done
+                    .iter()
+                    .any(|d| d.status != crate::queue::EnqueueStatus::Discarded)
+                {
+                    route.wake.notify_one();
+                }
+                Ok(done)
+            }
         }
-        let done = self.store.enqueue(queue, message, route.idempotent).await?;
-        if done.status != crate::queue::EnqueueStatus::Discarded {
-            route.wake.notify_one();
+    }
+}
+
+#[async_trait]
+impl Enqueuer for QueueRouter {
+    async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
+        self.enqueue_many(queue, vec![message])
+            .await?
+            .pop()
+            .ok_or_else(|| EnqueueError::External {
+                queue: queue.to_string(),
+                reason: "the enqueue returned no result".into(),
+            })
+    }
+
+    /// The whole batch is checked first: a message beyond a limit or with a payload that is
+    /// not JSON stops it before anything is enqueued.
+    async fn enqueue_many(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<Enqueued>, EnqueueError> {
+        let route = self.route(queue)?;
+        for message in &messages {
+            self.check(queue, message)?;
         }
-        Ok(done)
+        let now = now_ms();
+        let mut results = Vec::with_capacity(messages.len());
+        // Consecutive messages with one target go together, so the batch order holds.
+        let mut run: Vec<NewMessage> = Vec::new();
+        let mut run_target = Target::Store;
+        for message in messages {
+            let target = Self::target(route, &message, now);
+            if target != run_target && !run.is_empty() {
+                let part = std::mem::take(&mut run);
+                results.extend(self.enqueue_run(queue, route, run_target, part).await?);
+            }
+            run_target = target;
+            run.push(message);
+        }
+        if !run.is_empty() {
+            results.extend(self.enqueue_run(queue, route, run_target, run).await?);
+        }
+        Ok(results)
     }
 }

@@ -1,7 +1,7 @@
 //! `wharf enqueue QUEUE --file messages.jsonl`: every line is one message payload (lines with
 //! the same id are applied in file order). The whole
 //! file is checked first (a bad line stops the import before anything is enqueued, naming
-//! the line), then enqueued with a progress bar.
+//! the line), then enqueued in batches by a few producers, with a progress bar.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -16,7 +16,11 @@ use crate::enqueue::{Enqueuer, QueueRouter};
 use crate::queue::{EnqueueStatus, NewMessage};
 
 /// Producers enqueueing at once.
-const PARALLEL: usize = 8;
+const PARALLEL: usize = 4;
+
+/// Messages per batch a producer hands to the queue (one transaction on a SQL store, a few
+/// publish calls on a provider).
+const BATCH: usize = 1000;
 
 /// Enqueue every line of `file` into `queue`, each based on `template`.
 pub async fn enqueue_file(
@@ -89,15 +93,18 @@ pub async fn enqueue_file(
         let (router, queue, bar) = (router.clone(), queue.clone(), bar.clone());
         tasks.spawn(async move {
             let mut counts = [0u64; 3];
-            for message in chunk {
-                let done = router.enqueue(&queue, message).await?;
-                let slot = match done.status {
-                    EnqueueStatus::Added => 0,
-                    EnqueueStatus::Updated => 1,
-                    EnqueueStatus::Discarded => 2,
-                };
-                counts[slot] += 1;
-                bar.inc(1);
+            let mut messages = chunk.into_iter().peekable();
+            while messages.peek().is_some() {
+                let batch: Vec<NewMessage> = messages.by_ref().take(BATCH).collect();
+                for done in router.enqueue_many(&queue, batch).await? {
+                    let slot = match done.status {
+                        EnqueueStatus::Added => 0,
+                        EnqueueStatus::Updated => 1,
+                        EnqueueStatus::Discarded => 2,
+                    };
+                    counts[slot] += 1;
+                    bar.inc(1);
+                }
             }
             Ok::<_, crate::enqueue::EnqueueError>(counts)
         });

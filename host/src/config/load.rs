@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::Config;
 use super::interpolate::interpolate;
+use super::{AUTO_CONCURRENCY, Config};
 
 /// A configuration file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +83,7 @@ impl Config {
         config.source = path.to_path_buf();
         config.admin.resolve(env(super::TOKEN_ENV));
         config.resolve_paths();
+        config.resolve_concurrency();
         config.validate()?;
         Ok(config)
     }
@@ -117,6 +118,30 @@ impl Config {
             && !rest.starts_with(":memory:")
         {
             self.storage.url = format!("sqlite://{}", base.join(rest).display());
+        }
+    }
+
+    /// Give every queue without a `concurrency` setting an equal share of the instances the
+    /// others leave, at most [`AUTO_CONCURRENCY`] and at least 1 (too little is then
+    /// reported by the total check).
+    fn resolve_concurrency(&mut self) {
+        let set: u64 = self
+            .queues
+            .values()
+            .filter_map(|q| q.concurrency_setting)
+            .map(u64::from)
+            .sum();
+        let auto = self
+            .queues
+            .values()
+            .filter(|q| q.concurrency_setting.is_none())
+            .count() as u64;
+        let share = (u64::from(self.host.max_instances).saturating_sub(set))
+            .checked_div(auto)
+            .unwrap_or(0)
+            .clamp(1, u64::from(AUTO_CONCURRENCY)) as u32;
+        for queue in self.queues.values_mut() {
+            queue.concurrency = queue.concurrency_setting.unwrap_or(share);
         }
     }
 
@@ -356,8 +381,27 @@ mod tests {
         assert_eq!(c.host.handlers_dir, Path::new("/etc/wharf/handlers"));
         assert_eq!(c.storage.url, "sqlite:///etc/wharf/wharf.db");
         let q = &c.queues["orders"];
-        assert_eq!((q.concurrency, q.max_attempts), (8, 5));
+        assert_eq!((q.concurrency, q.batch, q.max_attempts), (64, 64, 5));
         assert_eq!(q.timeout, std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn unset_concurrency_shares_the_instances_left() {
+        let c = parse(
+            "[host]\nmax_instances = 100\n[queues.a]\nhandler = \"h\"\nconcurrency = 10\n\
+             [queues.b]\nhandler = \"h\"\n[queues.c]\nhandler = \"h\"\n",
+        )
+        .unwrap();
+        let of = |q: &str| c.queues[q].concurrency;
+        assert_eq!((of("a"), of("b"), of("c")), (10, 45, 45));
+        let c = parse("[queues.a]\nhandler = \"h\"\n[queues.b]\nhandler = \"h\"\n").unwrap();
+        assert_eq!(c.queues["a"].concurrency, 64, "at most 64 each");
+        let (key, reason) = key_error(
+            "[host]\nmax_instances = 4\n[queues.a]\nhandler = \"h\"\nconcurrency = 4\n\
+             [queues.b]\nhandler = \"h\"\n",
+        );
+        assert_eq!(key, "host.max_instances");
+        assert!(reason.contains("total concurrency (5)"), "{reason}");
     }
 
     #[test]

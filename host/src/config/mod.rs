@@ -254,14 +254,22 @@ fn yes() -> bool {
     true
 }
 
+/// The most a queue without a `concurrency` setting processes at once.
+pub const AUTO_CONCURRENCY: u32 = 64;
+
 /// `[queues.NAME]`: one queue and the handler that processes it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueConfig {
     /// Name of the handler component (`handlers_dir/NAME.wasm`).
     pub handler: String,
-    /// Most messages of this queue processed at once.
-    #[serde(default = "QueueConfig::default_concurrency")]
+    /// `concurrency` as set in the file; unset means automatic (see `concurrency`).
+    #[serde(default, rename = "concurrency")]
+    pub concurrency_setting: Option<u32>,
+    /// Most messages of this queue processed at once: the setting, or when it is unset an
+    /// equal share of the instances `host.max_instances` leaves to the queues that do not
+    /// set it, at most [`AUTO_CONCURRENCY`]. Resolved when the configuration is loaded.
+    #[serde(skip)]
     pub concurrency: u32,
     /// Attempts before a message is failed (the first delivery counts).
     #[serde(default = "QueueConfig::default_max_attempts")]
@@ -352,9 +360,6 @@ impl Default for RetentionConfig {
 }
 
 impl QueueConfig {
-    fn default_concurrency() -> u32 {
-        8
-    }
     fn default_max_attempts() -> u32 {
         5
     }
@@ -371,7 +376,7 @@ impl QueueConfig {
         Duration::from_secs(300)
     }
     fn default_batch() -> u32 {
-        32
+        64
     }
 
     fn default_max_payload() -> ByteSize {
@@ -382,7 +387,8 @@ impl QueueConfig {
     pub fn for_handler(handler: impl Into<String>) -> Self {
         QueueConfig {
             handler: handler.into(),
-            concurrency: Self::default_concurrency(),
+            concurrency_setting: None,
+            concurrency: AUTO_CONCURRENCY,
             max_attempts: Self::default_max_attempts(),
             lease: Self::default_lease(),
             timeout: Self::default_timeout(),

@@ -6,6 +6,7 @@
 //! earliest processing date first; then first enqueued first.
 
 mod backoff;
+pub(crate) mod enqueue;
 pub mod limits;
 mod notify;
 mod payload;
@@ -103,6 +104,22 @@ pub trait QueueStore: Send + Sync + 'static {
         message: NewMessage,
         idempotent: bool,
     ) -> Result<Enqueued, QueueError>;
+
+    /// [`QueueStore::enqueue`] for many messages, applied in order (the same id twice is
+    /// applied twice, in that order), in as few statements as the store can: one
+    /// transaction per [`enqueue::ROUND_ROWS`] messages. Results are in input order.
+    async fn enqueue_many(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+        idempotent: bool,
+    ) -> Result<Vec<Enqueued>, QueueError> {
+        let mut results = Vec::with_capacity(messages.len());
+        for message in messages {
+            results.push(self.enqueue(queue, message, idempotent).await?);
+        }
+        Ok(results)
+    }
 
     /// Lease up to `max` ready messages of `queue`, each until `lease_ms` from now, in
     /// priority order. Every lease carries a new fencing token.

@@ -2,6 +2,7 @@
 //! (a fresh file per test) and PostgreSQL (a fresh schema per test), so tests run in parallel.
 
 mod awaiting_release;
+mod batches;
 mod identity;
 mod leases;
 mod management;
@@ -110,6 +111,10 @@ macro_rules! conformance {
                 awaiting_release::abandonment_with_retry_applies_the_newer_version,
                 awaiting_release::abandonment_without_retry_fails_the_newer_version,
                 awaiting_release::a_moved_in_version_keeps_its_attempts_error_and_source,
+                batches::a_batch_applies_repeated_ids_in_order,
+                batches::a_batch_defers_leased_ids_and_discards_equal_values,
+                batches::batches_larger_than_a_transaction_keep_every_message,
+                batches::concurrent_batches_of_the_same_ids_leave_one_row_each,
                 retention::retention_zero_still_records_the_previous_version,
                 retention::purge_by_age_and_count_is_bounded,
                 retention::history_keeps_the_newest_versions,

@@ -3,6 +3,7 @@
 //! in one statement per batch, and enqueues `NOTIFY wharf_ready` (throttled, see
 //! [`super::notify`]), so processors in every process wake on enqueue instead of polling.
 
+mod enqueue;
 mod listen;
 mod manage;
 mod statements;
@@ -13,18 +14,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
 use tokio_util::sync::CancellationToken;
 
 use self::statements::*;
-use super::rows::{decode_headers, encode_headers, leased_in_order, stored_from_row};
+use super::rows::{decode_headers, leased_in_order, stored_from_row};
 use super::{
-    Disposition, EnqueueStatus, Enqueued, Existing, HistoryEntry, Lease, LeasedMessage,
-    MessageFilter, NewMessage, NextVersion, Plan, QueueError, QueueStore, Retention, Selector,
-    SettleResult, Settlement, Status, StoredMessage, WakeFn, canonical_hash, destination,
-    new_delivery_id, now_ms, plan,
+    Disposition, Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage,
+    NextVersion, QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status,
+    StoredMessage, WakeFn, now_ms,
 };
 
+use self::enqueue::PgEnqueue;
+use super::enqueue::{Applied, Prepared, ROUND_ROWS, apply as apply_batch};
 use super::notify::Notifier;
 
 /// The PostgreSQL store.
@@ -137,7 +139,7 @@ impl PostgresStore {
             Disposition::Complete if s.keep_processed => None,
             Disposition::Complete => {
                 record_history(
-                    tx,
+                    &mut **tx,
                     now,
                     Some("processed"),
                     None,
@@ -177,7 +179,7 @@ impl PostgresStore {
         };
         if let Some((status, error)) = outcome {
             record_history(
-                tx,
+                &mut **tx,
                 now,
                 Some(status),
                 error,
@@ -201,7 +203,7 @@ impl PostgresStore {
 }
 
 async fn record_history(
-    tx: &mut Transaction<'_, Postgres>,
+    conn: &mut PgConnection,
     now: i64,
     status: Option<&str>,
     error: Option<&str>,
@@ -216,146 +218,64 @@ async fn record_history(
         .bind(key)
         .bind(token)
         .bind(only_in)
-        .execute(&mut **tx)
+        .execute(conn)
         .await?;
     Ok(())
 }
 
 impl PostgresStore {
-    /// Apply an enqueue; also returns the status the message is in afterwards when it is
-    /// now ready to lease (pending), for the wake-up notification.
-    async fn enqueue_row(
+    /// Apply one chunk of an enqueue (at most [`ROUND_ROWS`] messages) in one transaction,
+    /// again when PostgreSQL chose it as a deadlock victim (two batches taking the same ids
+    /// in another order).
+    async fn enqueue_chunk(
         &self,
         queue: &str,
-        message: NewMessage,
+        chunk: &[Prepared],
         idempotent: bool,
-    ) -> Result<(Enqueued, Status), QueueError> {
-        let now = now_ms();
-        let at = message.process_at_ms.unwrap_or(now);
-        let status = destination(message.status.as_ref(), at, now);
-        let hash = canonical_hash(&message.payload);
-        let headers = encode_headers(&message.headers);
-        let delivery_id = new_delivery_id();
-        let custom = message.status.as_ref().map(|s| s.as_str().to_string());
-        // The insert relies on the unique index; on conflict the existing row is locked and
-        // updated. A row deleted in between (retention) is retried as an insert.
-        // One statement for both paths; an id can collide, so it runs in a transaction.
-        let insert = || {
-            sqlx::query_scalar::<_, i64>(INSERT)
-                .bind(queue)
-                .bind(&message.id)
-                .bind(&delivery_id)
-                .bind(&message.payload)
-                .bind(&hash)
-                .bind(&headers)
-                .bind(message.priority)
-                .bind(status.as_str())
-                .bind(at)
-                .bind(now)
-                .bind(&message.last_error)
-                .bind(&message.source_delivery_id)
-                .bind(message.attempts as i32)
-        };
-        if message.id.is_none() {
-            // Nothing to collide with: no transaction.
-            let key = insert().fetch_one(&self.pool).await?;
-            return Ok((
-                Enqueued {
-                    key,
-                    status: EnqueueStatus::Added,
-                },
-                status,
-            ));
-        }
-        for _ in 0..3 {
-            let mut tx = self.pool.begin().await?;
-            let inserted = insert().fetch_optional(&mut *tx).await?;
-            if let Some(key) = inserted {
-                tx.commit().await?;
-                return Ok((
-                    Enqueued {
-                        key,
-                        status: EnqueueStatus::Added,
-                    },
-                    status,
-                ));
+        now: i64,
+    ) -> Result<Applied, QueueError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = if chunk.iter().all(|m| m.message.id.is_none()) {
+                // Nothing to collide with: one insert statement, atomic on its own.
+                let mut conn = self.pool.acquire().await?;
+                apply_batch(
+                    &mut PgEnqueue { conn: &mut conn },
+                    queue,
+                    chunk,
+                    idempotent,
+                    now,
+                )
+                .await
+            } else {
+                let mut tx = self.pool.begin().await?;
+                match apply_batch(
+                    &mut PgEnqueue { conn: &mut tx },
+                    queue,
+                    chunk,
+                    idempotent,
+                    now,
+                )
+                .await
+                {
+                    Ok(applied) => tx.commit().await.map(|()| applied).map_err(Into::into),
+                    Err(e) => Err(e),
+                }
+            };
+            match result {
+                Err(QueueError::Database(sqlx::Error::Database(e)))
+                    if attempt < 4 && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
+                {
+                    tracing::debug!(
+                        queue,
+                        attempt,
+                        "enqueue batch retried after a deadlock: {e}"
+                    );
+                }
+                other => return other,
             }
-            let Some(row) = sqlx::query(
-                "SELECT key, status, payload_hash, next_payload_hash FROM messages
-                 WHERE queue = $1 AND wharf_id_hash(message_id) = wharf_id_hash($2) AND message_id = $2 FOR UPDATE",
-            )
-            .bind(queue)
-            .bind(&message.id)
-            .fetch_optional(&mut *tx)
-            .await?
-            else {
-                continue;
-            };
-            let key: i64 = row.try_get("key")?;
-            let existing = Existing {
-                status: Status::parse(row.try_get::<&str, _>("status")?),
-                payload_hash: row.try_get("payload_hash")?,
-                next_payload_hash: row.try_get("next_payload_hash")?,
-            };
-            let decision = plan(&existing, &hash, idempotent);
-            let result = match decision {
-                Plan::Discard => EnqueueStatus::Discarded,
-                Plan::Defer => {
-                    sqlx::query(DEFER)
-                        .bind(&delivery_id)
-                        .bind(&message.payload)
-                        .bind(&hash)
-                        .bind(&headers)
-                        .bind(message.priority)
-                        .bind(at)
-                        .bind(custom.clone())
-                        .bind(now)
-                        .bind(key)
-                        .bind(message.attempts as i32)
-                        .bind(&message.last_error)
-                        .bind(&message.source_delivery_id)
-                        .execute(&mut *tx)
-                        .await?;
-                    EnqueueStatus::Updated
-                }
-                Plan::Replace => {
-                    record_history(&mut tx, now, None, None, key, None, None).await?;
-                    sqlx::query(REPLACE)
-                        .bind(&delivery_id)
-                        .bind(&message.payload)
-                        .bind(&hash)
-                        .bind(&headers)
-                        .bind(message.priority)
-                        .bind(status.as_str())
-                        .bind(at)
-                        .bind(now)
-                        .bind(key)
-                        .bind(&message.last_error)
-                        .bind(&message.source_delivery_id)
-                        .bind(message.attempts as i32)
-                        .execute(&mut *tx)
-                        .await?;
-                    EnqueueStatus::Updated
-                }
-            };
-            tx.commit().await?;
-            // Only a replaced message became ready; a deferred or discarded one did not.
-            let after = match decision {
-                Plan::Replace => status.clone(),
-                _ => Status::AwaitingRelease,
-            };
-            return Ok((
-                Enqueued {
-                    key,
-                    status: result,
-                },
-                after,
-            ));
         }
-        Err(QueueError::Conflict(format!(
-            "message `{}` in queue `{queue}` kept changing; try again",
-            message.id.unwrap_or_default()
-        )))
     }
 }
 
@@ -367,11 +287,33 @@ impl QueueStore for PostgresStore {
         message: NewMessage,
         idempotent: bool,
     ) -> Result<Enqueued, QueueError> {
-        let (done, status) = self.enqueue_row(queue, message, idempotent).await?;
-        if status == Status::Pending {
+        let mut done = self.enqueue_many(queue, vec![message], idempotent).await?;
+        done.pop()
+            .ok_or_else(|| QueueError::Conflict("the enqueue returned no result".into()))
+    }
+
+    async fn enqueue_many(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+        idempotent: bool,
+    ) -> Result<Vec<Enqueued>, QueueError> {
+        let now = now_ms();
+        let prepared: Vec<Prepared> = messages
+            .into_iter()
+            .map(|m| Prepared::new(m, now))
+            .collect();
+        let mut results = Vec::with_capacity(prepared.len());
+        let mut ready = false;
+        for chunk in prepared.chunks(ROUND_ROWS) {
+            let applied = self.enqueue_chunk(queue, chunk, idempotent, now).await?;
+            ready |= applied.ready;
+            results.extend(applied.results);
+        }
+        if ready {
             self.notifier.ready(&self.pool, queue).await;
         }
-        Ok(done)
+        Ok(results)
     }
 
     async fn lease(

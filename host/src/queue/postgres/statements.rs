@@ -1,12 +1,36 @@
 //! The SQL statements of the PostgreSQL queue store.
 
-pub(super) const INSERT: &str = "
+/// Insert a round of new messages (one array per column, `$1` the queue, `$2` now); an id
+/// already stored is skipped. Keys follow the batch order, so first enqueued is first leased.
+/// Returns the key of each inserted message with its delivery id.
+pub(super) const INSERT_MANY: &str = "
 INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, headers, priority, status,
                       process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms, last_error,
                       source_delivery_id, attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $11, $12, $13)
+SELECT $1, m.message_id, m.delivery_id, m.payload, m.payload_hash, m.headers, m.priority, m.status,
+       m.process_at_ms, $2, $2, $2, m.last_error, m.source_delivery_id, m.attempts
+FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::text[],
+            $10::int8[], $11::text[], $12::text[], $13::int4[]) WITH ORDINALITY
+     AS m(message_id, delivery_id, payload, payload_hash, headers, priority, status, process_at_ms,
+          last_error, source_delivery_id, attempts, position)
+ORDER BY m.position
 ON CONFLICT (queue, wharf_id_hash(message_id)) WHERE message_id IS NOT NULL DO NOTHING
-RETURNING key";
+RETURNING key, delivery_id";
+
+/// Transaction-scoped advisory locks on (queue, id) hashes, taken in sorted order: every
+/// enqueue of ids takes them first, so batches with ids in opposite orders queue up instead of
+/// deadlocking. (Two-key locks: a space apart from the schema lock's one-key lock.)
+pub(super) const LOCK_IDS: &str = "
+SELECT count(pg_advisory_xact_lock(k.queue_hash, k.id_hash)) FROM (
+    SELECT DISTINCT hashtext($1) AS queue_hash, hashtext(id) AS id_hash
+    FROM UNNEST($2::text[]) AS id
+    ORDER BY 1, 2) k";
+
+/// The stored message with an id, locked for the enqueue that applies to it.
+pub(super) const SELECT_EXISTING: &str = "
+SELECT key, status, payload_hash, next_payload_hash FROM messages
+WHERE queue = $1 AND wharf_id_hash(message_id) = wharf_id_hash($2) AND message_id = $2
+FOR UPDATE";
 
 pub(super) const DEFER: &str = "
 UPDATE messages SET next_delivery_id = $1, next_payload = $2, next_payload_hash = $3, next_headers = $4,

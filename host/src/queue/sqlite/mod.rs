@@ -2,6 +2,7 @@
 //! writers, so every transaction here starts with a write and holds the lock it decides under;
 //! identity is still enforced by the unique index on (queue, message_id).
 
+mod enqueue;
 mod manage;
 mod migrate;
 mod statements;
@@ -15,13 +16,14 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 
+use self::enqueue::SqliteEnqueue;
 use self::statements::*;
-use super::rows::{decode_headers, encode_headers, leased_in_order, stored_from_row};
+use super::enqueue::{Prepared, ROUND_ROWS, apply as apply_batch};
+use super::rows::{decode_headers, leased_in_order, stored_from_row};
 use super::{
-    Disposition, EnqueueStatus, Enqueued, Existing, HistoryEntry, Lease, LeasedMessage,
-    MessageFilter, NewMessage, NextVersion, Plan, QueueError, QueueStore, Retention, Selector,
-    SettleResult, Settlement, Status, StoredMessage, canonical_hash, destination, new_delivery_id,
-    now_ms, plan,
+    Disposition, Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage,
+    NextVersion, QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status,
+    StoredMessage, now_ms,
 };
 
 /// The SQLite store.
@@ -133,111 +135,51 @@ impl QueueStore for SqliteStore {
         message: NewMessage,
         idempotent: bool,
     ) -> Result<Enqueued, QueueError> {
+        let mut done = self.enqueue_many(queue, vec![message], idempotent).await?;
+        done.pop()
+            .ok_or_else(|| QueueError::Conflict("the enqueue returned no result".into()))
+    }
+
+    async fn enqueue_many(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+        idempotent: bool,
+    ) -> Result<Vec<Enqueued>, QueueError> {
         let now = now_ms();
-        let at = message.process_at_ms.unwrap_or(now);
-        let status = destination(message.status.as_ref(), at, now);
-        let hash = canonical_hash(&message.payload);
-        let headers = encode_headers(&message.headers);
-        let delivery_id = new_delivery_id();
-        // One statement for both paths; an id can collide, so it runs in a transaction.
-        let insert = || {
-            sqlx::query_scalar::<_, i64>(INSERT)
-                .bind(queue)
-                .bind(&message.id)
-                .bind(&delivery_id)
-                .bind(&message.payload)
-                .bind(&hash)
-                .bind(&headers)
-                .bind(message.priority)
-                .bind(status.as_str())
-                .bind(at)
-                .bind(now)
-                .bind(&message.last_error)
-                .bind(&message.source_delivery_id)
-                .bind(message.attempts as i32)
-        };
-        if message.id.is_none() {
-            // Nothing to collide with: no transaction.
-            let key = insert().fetch_one(&self.pool).await?;
-            return Ok(Enqueued {
-                key,
-                status: EnqueueStatus::Added,
-            });
+        let prepared: Vec<Prepared> = messages
+            .into_iter()
+            .map(|m| Prepared::new(m, now))
+            .collect();
+        let mut results = Vec::with_capacity(prepared.len());
+        for chunk in prepared.chunks(ROUND_ROWS) {
+            let applied = if chunk.iter().all(|m| m.message.id.is_none()) {
+                // Nothing to collide with: one insert statement, atomic on its own.
+                let mut conn = self.pool.acquire().await?;
+                apply_batch(
+                    &mut SqliteEnqueue { conn: &mut conn },
+                    queue,
+                    chunk,
+                    idempotent,
+                    now,
+                )
+                .await?
+            } else {
+                let mut tx = self.pool.begin().await?;
+                let applied = apply_batch(
+                    &mut SqliteEnqueue { conn: &mut tx },
+                    queue,
+                    chunk,
+                    idempotent,
+                    now,
+                )
+                .await?;
+                tx.commit().await?;
+                applied
+            };
+            results.extend(applied.results);
         }
-        let mut tx = self.pool.begin().await?;
-        let inserted = insert().fetch_optional(&mut *tx).await?;
-        if let Some(key) = inserted {
-            tx.commit().await?;
-            return Ok(Enqueued {
-                key,
-                status: EnqueueStatus::Added,
-            });
-        }
-        let row = sqlx::query("SELECT key, status, payload_hash, next_payload_hash FROM messages WHERE queue = ?1 AND message_id = ?2")
-            .bind(queue)
-            .bind(&message.id)
-            .fetch_one(&mut *tx)
-            .await?;
-        let key: i64 = row.try_get("key")?;
-        let existing = Existing {
-            status: Status::parse(row.try_get::<&str, _>("status")?),
-            payload_hash: row.try_get("payload_hash")?,
-            next_payload_hash: row.try_get("next_payload_hash")?,
-        };
-        let custom = message.status.as_ref().map(|s| s.as_str().to_string());
-        let result = match plan(&existing, &hash, idempotent) {
-            Plan::Discard => EnqueueStatus::Discarded,
-            Plan::Defer => {
-                sqlx::query(DEFER)
-                    .bind(&delivery_id)
-                    .bind(&message.payload)
-                    .bind(&hash)
-                    .bind(&headers)
-                    .bind(message.priority)
-                    .bind(at)
-                    .bind(custom)
-                    .bind(now)
-                    .bind(key)
-                    .bind(message.attempts as i32)
-                    .bind(&message.last_error)
-                    .bind(&message.source_delivery_id)
-                    .execute(&mut *tx)
-                    .await?;
-                EnqueueStatus::Updated
-            }
-            Plan::Replace => {
-                sqlx::query(RECORD_HISTORY)
-                    .bind(now)
-                    .bind(None::<String>)
-                    .bind(None::<String>)
-                    .bind(key)
-                    .bind(None::<i64>)
-                    .bind(None::<String>)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(REPLACE)
-                    .bind(&delivery_id)
-                    .bind(&message.payload)
-                    .bind(&hash)
-                    .bind(&headers)
-                    .bind(message.priority)
-                    .bind(status.as_str())
-                    .bind(at)
-                    .bind(now)
-                    .bind(key)
-                    .bind(&message.last_error)
-                    .bind(&message.source_delivery_id)
-                    .bind(message.attempts as i32)
-                    .execute(&mut *tx)
-                    .await?;
-                EnqueueStatus::Updated
-            }
-        };
-        tx.commit().await?;
-        Ok(Enqueued {
-            key,
-            status: result,
-        })
+        Ok(results)
     }
 
     async fn lease(

@@ -1,13 +1,5 @@
 //! The SQL statements of the SQLite queue store.
 
-pub(super) const INSERT: &str = "
-INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, headers, priority, status,
-                      process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms, last_error,
-                      source_delivery_id, attempts)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?10, ?11, ?12, ?13)
-ON CONFLICT (queue, message_id) WHERE message_id IS NOT NULL DO NOTHING
-RETURNING key";
-
 pub(super) const DEFER: &str = "
 UPDATE messages SET next_delivery_id = ?1, next_payload = ?2, next_payload_hash = ?3, next_headers = ?4,
     next_priority = ?5, next_process_at_ms = ?6, next_status = ?7, next_enqueued_at_ms = ?8,

@@ -1,0 +1,262 @@
+//! Enqueueing, once for every SQL dialect: a batch of messages is applied inside one
+//! transaction with the identity rules of [`super::plan`]. Each store supplies only its
+//! statements, through [`EnqueueStatements`]; the order of the steps lives here.
+//!
+//! A batch is cut into rounds in which no id repeats. Each round is one multi-row insert
+//! that skips ids already stored; a message whose id was taken is then applied to the stored
+//! message one by one (discard, defer behind the lease, or replace). So the same id twice in
+//! one batch is applied in batch order, exactly as two single enqueues would be.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+
+use super::rows::encode_headers;
+use super::{
+    EnqueueStatus, Enqueued, Existing, NewMessage, Plan, QueueError, Status, canonical_hash,
+    destination, new_delivery_id, plan,
+};
+
+/// Messages per multi-row insert and per transaction (SQLite binds 15 values a row, within
+/// its limit of 32,766).
+pub(crate) const ROUND_ROWS: usize = 1000;
+
+/// A message ready to be written: the values every statement binds, computed once.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// The message as given.
+    pub message: NewMessage,
+    /// Its new delivery id.
+    pub delivery_id: String,
+    /// Canonical hash of its payload.
+    pub hash: String,
+    /// Its headers, encoded for the `headers` column.
+    pub headers: String,
+    /// Its processing date.
+    pub at: i64,
+    /// The status it takes when it is stored as the live version.
+    pub status: Status,
+}
+
+impl Prepared {
+    /// Prepare `message` for an enqueue at `now`.
+    pub fn new(message: NewMessage, now: i64) -> Self {
+        let at = message.process_at_ms.unwrap_or(now);
+        Prepared {
+            delivery_id: new_delivery_id(),
+            hash: canonical_hash(&message.payload),
+            headers: encode_headers(&message.headers),
+            status: destination(message.status.as_ref(), at, now),
+            at,
+            message,
+        }
+    }
+
+    /// The custom status to take on release (for a deferred version).
+    pub fn custom_status(&self) -> Option<String> {
+        self.message.status.as_ref().map(|s| s.as_str().to_string())
+    }
+}
+
+/// The statements one dialect runs for an enqueue, all inside the caller's transaction.
+#[async_trait]
+pub(crate) trait EnqueueStatements: Send {
+    /// Serialise with other enqueues of the same ids until the transaction ends, taking the
+    /// locks in one global order so two batches never wait for each other in a cycle. A
+    /// store whose writers are serialised anyway does nothing.
+    async fn lock_ids(&mut self, queue: &str, ids: Vec<&str>) -> Result<(), QueueError> {
+        let _ = (queue, ids);
+        Ok(())
+    }
+
+    /// Insert every message of `round` (no two share an id) whose id is not stored yet in
+    /// `queue`, in one statement; returns each one's new key by position, `None` where the
+    /// id was taken.
+    async fn insert_new(
+        &mut self,
+        queue: &str,
+        round: &[&Prepared],
+        now: i64,
+    ) -> Result<Vec<Option<i64>>, QueueError>;
+
+    /// The stored message with `id` in `queue`, locked until the transaction ends.
+    async fn existing(
+        &mut self,
+        queue: &str,
+        id: &str,
+    ) -> Result<Option<(i64, Existing)>, QueueError>;
+
+    /// Keep the leased version of message `key` and store `message` for after its release.
+    async fn defer(&mut self, key: i64, message: &Prepared, now: i64) -> Result<(), QueueError>;
+
+    /// Record the live version of message `key` in history and overwrite it with `message`.
+    async fn replace(&mut self, key: i64, message: &Prepared, now: i64) -> Result<(), QueueError>;
+}
+
+/// What a batch did.
+#[derive(Debug, Default)]
+pub(crate) struct Applied {
+    /// One result per message, in batch order.
+    pub results: Vec<Enqueued>,
+    /// Whether some message is now ready to lease (processors elsewhere should wake).
+    pub ready: bool,
+}
+
+/// Apply `messages` to `queue` in order through `statements` (one transaction).
+pub(crate) async fn apply<S: EnqueueStatements>(
+    statements: &mut S,
+    queue: &str,
+    messages: &[Prepared],
+    idempotent: bool,
+    now: i64,
+) -> Result<Applied, QueueError> {
+    let mut applied = Applied {
+        results: Vec::with_capacity(messages.len()),
+        ready: false,
+    };
+    let ids: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m.message.id.as_deref())
+        .collect();
+    if !ids.is_empty() {
+        statements.lock_ids(queue, ids).await?;
+    }
+    let mut start = 0;
+    while start < messages.len() {
+        let end = round_end(messages, start);
+        let round: Vec<&Prepared> = messages[start..end].iter().collect();
+        let keys = statements.insert_new(queue, &round, now).await?;
+        for (message, key) in round.into_iter().zip(keys) {
+            let (done, ready) = match key {
+                Some(key) => (
+                    Enqueued {
+                        key,
+                        status: EnqueueStatus::Added,
+                    },
+                    message.status == Status::Pending,
+                ),
+                None => apply_to_stored(statements, queue, message, idempotent, now).await?,
+            };
+            applied.ready |= ready;
+            applied.results.push(done);
+        }
+        start = end;
+    }
+    Ok(applied)
+}
+
+/// The end of the round starting at `start`: at most [`ROUND_ROWS`] messages, no id twice.
+fn round_end(messages: &[Prepared], start: usize) -> usize {
+    let mut seen: HashMap<&str, ()> = HashMap::new();
+    let mut end = start;
+    while end < messages.len() && end - start < ROUND_ROWS {
+        if let Some(id) = messages[end].message.id.as_deref()
+            && seen.insert(id, ()).is_some()
+        {
+            break;
+        }
+        end += 1;
+    }
+    end
+}
+
+/// Apply `message`, whose id is taken, to the stored message. A stored message removed in
+/// between (retention) makes it a new insert again.
+async fn apply_to_stored<S: EnqueueStatements>(
+    statements: &mut S,
+    queue: &str,
+    message: &Prepared,
+    idempotent: bool,
+    now: i64,
+) -> Result<(Enqueued, bool), QueueError> {
+    let id = message.message.id.as_deref().unwrap_or_default();
+    for _ in 0..3 {
+        let Some((key, existing)) = statements.existing(queue, id).await? else {
+            if let Some(Some(key)) = statements.insert_new(queue, &[message], now).await?.pop() {
+                let added = Enqueued {
+                    key,
+                    status: EnqueueStatus::Added,
+                };
+                return Ok((added, message.status == Status::Pending));
+            }
+            continue;
+        };
+        let (status, ready) = match plan(&existing, &message.hash, idempotent) {
+            Plan::Discard => (EnqueueStatus::Discarded, false),
+            Plan::Defer => {
+                statements.defer(key, message, now).await?;
+                (EnqueueStatus::Updated, false)
+            }
+            Plan::Replace => {
+                statements.replace(key, message, now).await?;
+                (EnqueueStatus::Updated, message.status == Status::Pending)
+            }
+        };
+        return Ok((Enqueued { key, status }, ready));
+    }
+    Err(QueueError::Conflict(format!(
+        "message `{id}` in queue `{queue}` kept changing; try again"
+    )))
+}
+
+/// Map the `(key, delivery_id)` pairs an insert returned back to the positions of `round`.
+pub(crate) fn keys_by_position(
+    round: &[&Prepared],
+    returned: Vec<(i64, String)>,
+) -> Vec<Option<i64>> {
+    let mut by_delivery: HashMap<String, i64> = returned
+        .into_iter()
+        .map(|(key, delivery)| (delivery, key))
+        .collect();
+    round
+        .iter()
+        .map(|m| by_delivery.remove(&m.delivery_id))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(id: Option<&str>) -> Prepared {
+        Prepared::new(
+            NewMessage {
+                id: id.map(Into::into),
+                payload: "{}".into(),
+                ..NewMessage::default()
+            },
+            1,
+        )
+    }
+
+    #[test]
+    fn rounds_end_before_a_repeated_id() {
+        let batch = vec![
+            prepared(Some("a")),
+            prepared(None),
+            prepared(Some("b")),
+            prepared(None),
+            prepared(Some("a")),
+            prepared(Some("b")),
+        ];
+        assert_eq!(round_end(&batch, 0), 4);
+        assert_eq!(round_end(&batch, 4), 6);
+        let many: Vec<Prepared> = (0..ROUND_ROWS + 5).map(|_| prepared(None)).collect();
+        assert_eq!(round_end(&many, 0), ROUND_ROWS);
+        assert_eq!(round_end(&many, ROUND_ROWS), ROUND_ROWS + 5);
+    }
+
+    #[test]
+    fn returned_keys_find_their_messages() {
+        let batch = [prepared(Some("a")), prepared(Some("b")), prepared(None)];
+        let round: Vec<&Prepared> = batch.iter().collect();
+        let returned = vec![
+            (9, batch[2].delivery_id.clone()),
+            (7, batch[0].delivery_id.clone()),
+        ];
+        assert_eq!(
+            keys_by_position(&round, returned),
+            vec![Some(7), None, Some(9)]
+        );
+    }
+}
