@@ -110,7 +110,10 @@ pub async fn concurrent_batches_of_the_same_ids_leave_one_row_each(store: Arc<dy
             .chain(&r2)
             .filter(|d| d.status == EnqueueStatus::Added)
             .count();
-        assert_eq!(added, 1000, "each id added once, updated by the other batch");
+        assert_eq!(
+            added, 1000,
+            "each id added once, updated by the other batch"
+        );
     }
     let counts = store.counts("q").await.unwrap();
     assert_eq!(counts, vec![(Status::Pending, 5000)]);

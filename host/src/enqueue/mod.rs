@@ -4,6 +4,8 @@
 //! decide: a future-dated message goes to a provider with native delay as is, and otherwise
 //! waits in the SQL queue until due, when the host publishes it into the broker.
 
+mod group;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -104,6 +106,8 @@ struct Route {
     max_payload: u64,
     /// For `storage = "external"`: the provider holding its pending messages.
     external: Option<ExternalRoute>,
+    /// Single enqueues into the SQL queue, written together.
+    group: Arc<group::Group>,
 }
 
 /// Where an external queue's pending messages go.
@@ -148,13 +152,16 @@ impl QueueRouter {
             .queues
             .iter()
             .map(|(name, q)| {
+                let wake = Arc::new(Notify::new());
+                let group = group::Group::new(name, store.clone(), q.idempotent, wake.clone());
                 (
                     name.clone(),
                     Route {
-                        wake: Arc::new(Notify::new()),
+                        wake,
                         idempotent: q.idempotent,
                         max_payload: q.max_payload.as_u64(),
                         external: ExternalRoute::of(q, providers),
+                        group: Arc::new(group),
                     },
                 )
             })
@@ -316,7 +323,14 @@ impl QueueRouter {
 
 #[async_trait]
 impl Enqueuer for QueueRouter {
+    /// A message for the SQL queue joins the queue's group commit: enqueues made at the same
+    /// time (handlers' follow-ups) are written together.
     async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
+        let route = self.route(queue)?;
+        if Self::target(route, &message, now_ms()) == Target::Store {
+            self.check(queue, &message)?;
+            return route.group.enqueue(message).await;
+        }
         self.enqueue_many(queue, vec![message])
             .await?
             .pop()
