@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod dispatch;
 pub mod enqueue;
@@ -15,6 +16,7 @@ pub mod metrics;
 pub mod queue;
 pub mod replay;
 pub mod runtime;
+pub mod schema_lock;
 
 pub use config::Config;
 pub use host::{RunningHost, StartOptions, start, start_with};

@@ -11,9 +11,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::outcome::{decide, transient};
 use super::recorder::Recorder;
 use super::{Pipeline, Shared, Source, Verdict, Work};
-use crate::inbox::{InboxKey, InboxStore, InboxWrite};
+use crate::inbox::{InboxKey, InboxStore};
 use crate::metrics::MessageOutcome;
 use crate::queue::{Backoff, Disposition};
+use crate::queue::{InboxRow, InboxWrite};
 use crate::runtime::{LoadedHandler, Outcome};
 
 /// A queue's consumer inbox.
@@ -211,7 +212,7 @@ pub(crate) async fn process<S: Source>(
             Some(table) if shared.source.records_inbox(binding) => {
                 write = Some(InboxWrite {
                     table,
-                    keys,
+                    rows: keys.iter().map(InboxRow::from).collect(),
                     retention_ms: binding.retention.as_millis() as i64,
                 })
             }

@@ -30,8 +30,8 @@ pub use sql::{DEFERRED_PUBLISH_HEADER, SqlSource};
 
 use crate::config::QueueConfig;
 use crate::enqueue::Enqueuer;
-use crate::inbox::InboxWrite;
 use crate::queue::Disposition;
+use crate::queue::InboxWrite;
 use crate::runtime::{HandlerRegistry, Message};
 
 /// One message received from a source, ready to be processed.

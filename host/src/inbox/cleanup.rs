@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::InboxStore;
-use crate::queue::now_ms;
+use crate::clock::now_ms;
 
 /// Records deleted per statement (at most).
 pub const PURGE_BATCH: u32 = 1000;

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::{InboxError, InboxKey, InboxStore};
-use crate::queue::now_ms;
+use crate::clock::now_ms;
 
 /// Records in a map: hash → (endpoint, created, expires).
 #[derive(Default)]

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 pub use cleanup::run_cleanup;
 pub use memory::MemoryInbox;
 pub use redis::RedisInbox;
-pub use sql::{PostgresInbox, SqliteInbox, record_postgres, record_sqlite};
+pub use sql::{PostgresInbox, SqliteInbox};
 
 use crate::config::{Config, InboxStoreKind};
 
@@ -148,16 +148,14 @@ pub trait InboxStore: Send + Sync + 'static {
     }
 }
 
-/// Inbox records written by a queue store inside the transaction that settles the message
-/// (see [`InboxStore::queue_database_table`]).
-#[derive(Debug, Clone)]
-pub struct InboxWrite {
-    /// The inbox table.
-    pub table: Arc<str>,
-    /// The keys to record, in order.
-    pub keys: Vec<InboxKey>,
-    /// How long they are kept.
-    pub retention_ms: i64,
+impl From<&InboxKey> for crate::queue::InboxRow {
+    fn from(key: &InboxKey) -> Self {
+        crate::queue::InboxRow {
+            hash: key.hash,
+            endpoint: key.endpoint.clone(),
+            message_id: key.message_id.clone(),
+        }
+    }
 }
 
 /// The inbox stores the configuration's queues select, opened once each.

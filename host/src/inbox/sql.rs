@@ -10,61 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{AssertSqlSafe, PgConnection, PgPool, SqliteConnection, SqlitePool};
+use sqlx::{AssertSqlSafe, PgPool, SqlitePool};
 
-use super::{InboxError, InboxKey, InboxStore, InboxWrite};
-use crate::queue::now_ms;
-
-/// Write `write`'s records on an open PostgreSQL connection (e.g. inside the transaction that
-/// settles the message). Recording an existing key is a no-op.
-pub async fn record_postgres(
-    conn: &mut PgConnection,
-    write: &InboxWrite,
-) -> Result<(), sqlx::Error> {
-    let now = now_ms();
-    let hashes: Vec<&[u8]> = write.keys.iter().map(|k| &k.hash[..]).collect();
-    let endpoints: Vec<&str> = write.keys.iter().map(|k| k.endpoint.as_str()).collect();
-    let ids: Vec<&str> = write.keys.iter().map(|k| k.message_id.as_str()).collect();
-    sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-         SELECT h, e, m, $4, $5 FROM UNNEST($1::bytea[], $2::text[], $3::text[]) AS r(h, e, m)
-         ON CONFLICT (id_hash) DO NOTHING",
-        write.table
-    )))
-    .bind(&hashes)
-    .bind(&endpoints)
-    .bind(&ids)
-    .bind(now)
-    .bind(now + write.retention_ms)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Write `write`'s records on an open SQLite connection (e.g. inside the transaction that
-/// settles the message). Recording an existing key is a no-op.
-pub async fn record_sqlite(
-    conn: &mut SqliteConnection,
-    write: &InboxWrite,
-) -> Result<(), sqlx::Error> {
-    let now = now_ms();
-    let sql = format!(
-        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (id_hash) DO NOTHING",
-        write.table
-    );
-    for key in &write.keys {
-        sqlx::query(AssertSqlSafe(sql.as_str()))
-            .bind(&key.hash[..])
-            .bind(&key.endpoint)
-            .bind(&key.message_id)
-            .bind(now)
-            .bind(now + write.retention_ms)
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(())
-}
+use super::{InboxError, InboxKey, InboxStore};
+use crate::clock::now_ms;
+use crate::queue::{InboxRow, InboxWrite, record_postgres, record_sqlite};
 
 fn missing_table(table: &str) -> InboxError {
     InboxError::Setup(format!(
@@ -141,7 +91,7 @@ impl InboxStore for SqliteInbox {
     async fn record_many(&self, keys: &[InboxKey], retention_ms: i64) -> Result<(), InboxError> {
         let write = InboxWrite {
             table: self.table.clone(),
-            keys: keys.to_vec(),
+            rows: keys.iter().map(InboxRow::from).collect(),
             retention_ms,
         };
         let mut conn = self.pool.acquire().await?;
@@ -210,7 +160,7 @@ impl PostgresInbox {
             .connect_with(options)
             .await?;
         if auto_create {
-            crate::queue::create_serialized(
+            crate::schema_lock::create_serialized(
                 &pool,
                 &[
                     format!(
@@ -273,7 +223,7 @@ impl InboxStore for PostgresInbox {
     async fn record_many(&self, keys: &[InboxKey], retention_ms: i64) -> Result<(), InboxError> {
         let write = InboxWrite {
             table: self.table.clone(),
-            keys: keys.to_vec(),
+            rows: keys.iter().map(InboxRow::from).collect(),
             retention_ms,
         };
         let mut conn = self.pool.acquire().await?;

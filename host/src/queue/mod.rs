@@ -7,12 +7,12 @@
 
 mod backoff;
 pub(crate) mod enqueue;
+mod inbox_records;
 pub mod limits;
 mod notify;
 mod payload;
 mod plan;
 mod postgres;
-pub(crate) use postgres::create_serialized;
 mod rows;
 mod sqlite;
 mod status;
@@ -22,6 +22,8 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
+pub(crate) use inbox_records::inbox_writes;
+pub use inbox_records::{InboxRow, InboxWrite, record_postgres, record_sqlite};
 pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
 pub use postgres::PostgresStore;
@@ -79,13 +81,7 @@ impl From<sqlx::migrate::MigrateError> for QueueError {
     }
 }
 
-/// Milliseconds since the Unix epoch, the time unit of every stored timestamp.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 /// A new random delivery id (128 bits, hex).
 pub fn new_delivery_id() -> String {
@@ -231,21 +227,6 @@ pub async fn open(
             SqliteStore::open(url, max_connections).await?,
         ))
     }
-}
-
-/// The inbox records of a settlement batch, merged into one write per (table, retention).
-pub(crate) fn inbox_writes(settlements: &[Settlement]) -> Vec<crate::inbox::InboxWrite> {
-    let mut writes: Vec<crate::inbox::InboxWrite> = Vec::new();
-    for write in settlements.iter().filter_map(|s| s.inbox.as_ref()) {
-        match writes
-            .iter_mut()
-            .find(|w| w.table == write.table && w.retention_ms == write.retention_ms)
-        {
-            Some(merged) => merged.keys.extend(write.keys.iter().cloned()),
-            None => writes.push(write.clone()),
-        }
-    }
-    writes
 }
 
 /// The inbox a lease checks its deliveries against.

@@ -123,7 +123,7 @@ pub struct Settlement {
     /// On completion, how it was completed (shown with the message), e.g. `skipped: duplicate`.
     pub outcome: Option<String>,
     /// Inbox records to write in the same transaction (an inbox table in the queue database).
-    pub inbox: Option<crate::inbox::InboxWrite>,
+    pub inbox: Option<super::InboxWrite>,
 }
 
 impl Settlement {

@@ -45,28 +45,6 @@ pub struct PostgresStore {
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// Run `statements` (`CREATE … IF NOT EXISTS`) in one transaction under a database-wide
-/// advisory lock: PostgreSQL's `IF NOT EXISTS` does not hold when two hosts starting at the
-/// same moment create the same schema or table (one fails on a unique catalog index).
-pub(crate) async fn create_serialized(
-    pool: &PgPool,
-    statements: &[String],
-) -> Result<(), sqlx::Error> {
-    /// An arbitrary key shared by every Wharf host.
-    const DDL_LOCK: i64 = 0x5748_4152_4644_444c; // "WHARFDDL"
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(DDL_LOCK)
-        .execute(&mut *tx)
-        .await?;
-    for statement in statements {
-        sqlx::query(sqlx::AssertSqlSafe(statement.as_str()))
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await
-}
-
 impl PostgresStore {
     /// Connect to `url`, using tables in `schema` (created if missing; `None`: the
     /// connection's default search path), and migrate.
@@ -86,7 +64,7 @@ impl PostgresStore {
                 .max_connections(1)
                 .connect_with(options.clone())
                 .await?;
-            create_serialized(
+            crate::schema_lock::create_serialized(
                 &bootstrap,
                 &[format!("CREATE SCHEMA IF NOT EXISTS {quoted}")],
             )
@@ -362,7 +340,7 @@ impl QueueStore for PostgresStore {
         let mut tx = self.settle_pool.begin().await?;
         // Inbox records first: recorded exactly when the settlement commits.
         for write in super::inbox_writes(settlements) {
-            crate::inbox::record_postgres(&mut tx, &write).await?;
+            super::record_postgres(&mut tx, &write).await?;
         }
         // The common case, completions that keep the message, in one statement.
         let completes: Vec<&Settlement> = settlements

@@ -204,7 +204,7 @@ impl QueueStore for SqliteStore {
         let mut tx = self.pool.begin().await?;
         // Inbox records first: recorded exactly when the settlement commits.
         for write in super::inbox_writes(settlements) {
-            crate::inbox::record_sqlite(&mut tx, &write).await?;
+            super::record_sqlite(&mut tx, &write).await?;
         }
         let mut results = Vec::with_capacity(settlements.len());
         for s in settlements {

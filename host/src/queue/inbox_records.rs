@@ -1,0 +1,98 @@
+//! The consumer inbox's records written by the settlement transaction itself, so a successful
+//! delivery is recorded exactly when its settlement commits. The queue owns these writes; the
+//! inbox supplies its keys as plain rows ([`InboxWrite`]), so the queue needs nothing else of
+//! the inbox.
+
+use std::sync::Arc;
+
+use sqlx::{AssertSqlSafe, PgConnection, SqliteConnection};
+
+use super::{Settlement, now_ms};
+
+/// One inbox record: the key's hash, with the endpoint and MessageId it was made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxRow {
+    /// SHA-256 of the length-delimited (endpoint, MessageId) encoding.
+    pub hash: [u8; 32],
+    /// The endpoint.
+    pub endpoint: String,
+    /// The MessageId.
+    pub message_id: String,
+}
+
+/// Inbox records to write into a table of the queue database.
+#[derive(Debug, Clone)]
+pub struct InboxWrite {
+    /// The inbox table.
+    pub table: Arc<str>,
+    /// The records, in order.
+    pub rows: Vec<InboxRow>,
+    /// How long they are kept.
+    pub retention_ms: i64,
+}
+
+/// The inbox records of a settlement batch, merged into one write per (table, retention).
+pub(crate) fn inbox_writes(settlements: &[Settlement]) -> Vec<InboxWrite> {
+    let mut writes: Vec<InboxWrite> = Vec::new();
+    for write in settlements.iter().filter_map(|s| s.inbox.as_ref()) {
+        match writes
+            .iter_mut()
+            .find(|w| w.table == write.table && w.retention_ms == write.retention_ms)
+        {
+            Some(merged) => merged.rows.extend(write.rows.iter().cloned()),
+            None => writes.push(write.clone()),
+        }
+    }
+    writes
+}
+
+/// Write `write`'s records on an open PostgreSQL connection (e.g. inside the transaction that
+/// settles the message). Recording an existing key is a no-op.
+pub async fn record_postgres(
+    conn: &mut PgConnection,
+    write: &InboxWrite,
+) -> Result<(), sqlx::Error> {
+    let now = now_ms();
+    let hashes: Vec<&[u8]> = write.rows.iter().map(|k| &k.hash[..]).collect();
+    let endpoints: Vec<&str> = write.rows.iter().map(|k| k.endpoint.as_str()).collect();
+    let ids: Vec<&str> = write.rows.iter().map(|k| k.message_id.as_str()).collect();
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+         SELECT h, e, m, $4, $5 FROM UNNEST($1::bytea[], $2::text[], $3::text[]) AS r(h, e, m)
+         ON CONFLICT (id_hash) DO NOTHING",
+        write.table
+    )))
+    .bind(&hashes)
+    .bind(&endpoints)
+    .bind(&ids)
+    .bind(now)
+    .bind(now + write.retention_ms)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Write `write`'s records on an open SQLite connection (e.g. inside the transaction that
+/// settles the message). Recording an existing key is a no-op.
+pub async fn record_sqlite(
+    conn: &mut SqliteConnection,
+    write: &InboxWrite,
+) -> Result<(), sqlx::Error> {
+    let now = now_ms();
+    let sql = format!(
+        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (id_hash) DO NOTHING",
+        write.table
+    );
+    for key in &write.rows {
+        sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(&key.hash[..])
+            .bind(&key.endpoint)
+            .bind(&key.message_id)
+            .bind(now)
+            .bind(now + write.retention_ms)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
