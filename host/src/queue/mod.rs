@@ -14,6 +14,7 @@ mod payload;
 mod plan;
 mod postgres;
 mod rows;
+mod settle;
 mod sqlite;
 mod status;
 mod types;

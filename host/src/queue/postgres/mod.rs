@@ -6,6 +6,7 @@
 mod enqueue;
 mod listen;
 mod manage;
+mod settle;
 mod statements;
 
 use std::str::FromStr;
@@ -14,15 +15,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
+use sqlx::{PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
+use self::settle::PgSettle;
 use self::statements::*;
 use super::rows::{decode_headers, leased_in_order, stored_from_row};
 use super::{
-    Disposition, Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage,
-    NextVersion, QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status,
-    StoredMessage, WakeFn, now_ms,
+    Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage, NextVersion,
+    QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status, StoredMessage,
+    WakeFn, now_ms,
 };
 
 use self::enqueue::PgEnqueue;
@@ -103,81 +105,6 @@ impl PostgresStore {
 
 fn stored(row: &PgRow) -> Result<StoredMessage, QueueError> {
     stored_from_row!(row)
-}
-
-impl PostgresStore {
-    async fn settle_one(
-        &self,
-        tx: &mut Transaction<'_, Postgres>,
-        s: &Settlement,
-        now: i64,
-    ) -> Result<bool, QueueError> {
-        let Lease { key, token } = s.lease;
-        let fast = match &s.disposition {
-            Disposition::Complete if s.keep_processed => None,
-            Disposition::Complete => {
-                record_history(
-                    &mut **tx,
-                    now,
-                    Some("processed"),
-                    None,
-                    key,
-                    Some(token),
-                    Some("processing"),
-                )
-                .await?;
-                Some(sqlx::query(DELETE_LEASED).bind(key).bind(token))
-            }
-            Disposition::Retry { at_ms, error } => Some(
-                sqlx::query(RETRY)
-                    .bind(now)
-                    .bind(*at_ms)
-                    .bind(error.clone())
-                    .bind(key)
-                    .bind(token),
-            ),
-            Disposition::Fail { error } => Some(
-                sqlx::query(FAIL)
-                    .bind(now)
-                    .bind(error.clone())
-                    .bind(key)
-                    .bind(token),
-            ),
-            Disposition::Release => Some(sqlx::query(RELEASE).bind(now).bind(key).bind(token)),
-        };
-        if let Some(fast) = fast
-            && fast.execute(&mut **tx).await?.rows_affected() == 1
-        {
-            return Ok(true);
-        }
-        let outcome = match &s.disposition {
-            Disposition::Complete => Some(("processed", None)),
-            Disposition::Fail { error } => Some(("failed", Some(error.as_str()))),
-            _ => None,
-        };
-        if let Some((status, error)) = outcome {
-            record_history(
-                &mut **tx,
-                now,
-                Some(status),
-                error,
-                key,
-                Some(token),
-                Some("awaiting-release"),
-            )
-            .await?;
-        }
-        let applied = sqlx::query(APPLY_NEXT)
-            .bind(now)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(key)
-            .bind(token)
-            .bind(None::<String>)
-            .execute(&mut **tx)
-            .await?;
-        Ok(applied.rows_affected() == 1)
-    }
 }
 
 async fn record_history(
@@ -336,43 +263,9 @@ impl QueueStore for PostgresStore {
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
-        let now = now_ms();
         let mut tx = self.settle_pool.begin().await?;
-        // Inbox records first: recorded exactly when the settlement commits.
-        for write in super::inbox_writes(settlements) {
-            super::record_postgres(&mut tx, &write).await?;
-        }
-        // The common case, completions that keep the message, in one statement.
-        let completes: Vec<&Settlement> = settlements
-            .iter()
-            .filter(|s| s.disposition == Disposition::Complete && s.keep_processed)
-            .collect();
-        let keys: Vec<i64> = completes.iter().map(|s| s.lease.key).collect();
-        let tokens: Vec<i64> = completes.iter().map(|s| s.lease.token).collect();
-        let outcomes: Vec<Option<String>> = completes.iter().map(|s| s.outcome.clone()).collect();
-        let completed: std::collections::HashSet<i64> = if keys.is_empty() {
-            Default::default()
-        } else {
-            sqlx::query_scalar::<_, i64>(COMPLETE_MANY)
-                .bind(now)
-                .bind(&keys)
-                .bind(&tokens)
-                .bind(&outcomes)
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect()
-        };
-        let mut results = Vec::with_capacity(settlements.len());
-        for s in settlements {
-            let applied =
-                completed.contains(&s.lease.key) || self.settle_one(&mut tx, s, now).await?;
-            results.push(if applied {
-                SettleResult::Applied
-            } else {
-                SettleResult::LeaseLost
-            });
-        }
+        let results =
+            super::settle::settle(&mut PgSettle { conn: &mut tx }, settlements, now_ms()).await?;
         tx.commit().await?;
         Ok(results)
     }

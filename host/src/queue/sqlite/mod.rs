@@ -5,6 +5,7 @@
 mod enqueue;
 mod manage;
 mod migrate;
+mod settle;
 mod statements;
 
 use std::str::FromStr;
@@ -14,16 +15,17 @@ use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Row, SqlitePool};
 
 use self::enqueue::SqliteEnqueue;
+use self::settle::SqliteSettle;
 use self::statements::*;
 use super::enqueue::{Prepared, ROUND_ROWS, apply as apply_batch};
 use super::rows::{decode_headers, leased_in_order, stored_from_row};
 use super::{
-    Disposition, Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage,
-    NextVersion, QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status,
-    StoredMessage, now_ms,
+    Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage, NextVersion,
+    QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status, StoredMessage,
+    now_ms,
 };
 
 /// The SQLite store.
@@ -52,79 +54,6 @@ impl SqliteStore {
 
 fn stored(row: &SqliteRow) -> Result<StoredMessage, QueueError> {
     stored_from_row!(row)
-}
-
-impl SqliteStore {
-    async fn settle_one(
-        &self,
-        tx: &mut Transaction<'_, Sqlite>,
-        s: &Settlement,
-        now: i64,
-    ) -> Result<bool, QueueError> {
-        let Lease { key, token } = s.lease;
-        let fast = match &s.disposition {
-            Disposition::Complete if s.keep_processed => sqlx::query(COMPLETE)
-                .bind(now)
-                .bind(key)
-                .bind(token)
-                .bind(s.outcome.clone()),
-            Disposition::Complete => {
-                sqlx::query(RECORD_HISTORY)
-                    .bind(now)
-                    .bind("processed")
-                    .bind(None::<String>)
-                    .bind(key)
-                    .bind(token)
-                    .bind("processing")
-                    .execute(&mut **tx)
-                    .await?;
-                sqlx::query(DELETE_LEASED).bind(key).bind(token)
-            }
-            Disposition::Retry { at_ms, error } => sqlx::query(RETRY)
-                .bind(now)
-                .bind(*at_ms)
-                .bind(error.clone())
-                .bind(key)
-                .bind(token),
-            Disposition::Fail { error } => sqlx::query(FAIL)
-                .bind(now)
-                .bind(error.clone())
-                .bind(key)
-                .bind(token),
-            Disposition::Release => sqlx::query(RELEASE).bind(now).bind(key).bind(token),
-        };
-        if fast.execute(&mut **tx).await?.rows_affected() == 1 {
-            return Ok(true);
-        }
-        // Re-enqueued while leased: record what this processor did, then the newer version
-        // takes over (the older outcome never overwrites it).
-        let outcome = match &s.disposition {
-            Disposition::Complete => Some(("processed", None)),
-            Disposition::Fail { error } => Some(("failed", Some(error.clone()))),
-            _ => None,
-        };
-        if let Some((status, error)) = outcome {
-            sqlx::query(RECORD_HISTORY)
-                .bind(now)
-                .bind(status)
-                .bind(error)
-                .bind(key)
-                .bind(token)
-                .bind("awaiting-release")
-                .execute(&mut **tx)
-                .await?;
-        }
-        let applied = sqlx::query(APPLY_NEXT)
-            .bind(now)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(key)
-            .bind(token)
-            .bind(None::<String>)
-            .execute(&mut **tx)
-            .await?;
-        Ok(applied.rows_affected() == 1)
-    }
 }
 
 #[async_trait]
@@ -200,21 +129,10 @@ impl QueueStore for SqliteStore {
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
-        let now = now_ms();
         let mut tx = self.pool.begin().await?;
-        // Inbox records first: recorded exactly when the settlement commits.
-        for write in super::inbox_writes(settlements) {
-            super::record_sqlite(&mut tx, &write).await?;
-        }
-        let mut results = Vec::with_capacity(settlements.len());
-        for s in settlements {
-            let applied = self.settle_one(&mut tx, s, now).await?;
-            results.push(if applied {
-                SettleResult::Applied
-            } else {
-                SettleResult::LeaseLost
-            });
-        }
+        let results =
+            super::settle::settle(&mut SqliteSettle { conn: &mut tx }, settlements, now_ms())
+                .await?;
         tx.commit().await?;
         Ok(results)
     }
