@@ -9,6 +9,7 @@
 //!
 //! For SQLite, PostgreSQL and Redis (external pending storage), each with the inbox off and
 //! on, with the queue defaults and tuned (`concurrency = 128`, `batch = 128`).
+//! `WHARF_BENCH_STORES=sqlite,postgres,redis` picks stores.
 
 mod common;
 
@@ -229,7 +230,13 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(100_000);
     let mut rows = Vec::new();
+    let picked = std::env::var("WHARF_BENCH_STORES")
+        .unwrap_or_default()
+        .to_lowercase();
     for store in [Store::Postgres, Store::Sqlite, Store::Redis] {
+        if !picked.is_empty() && !picked.contains(&store.name().to_lowercase()[..4]) {
+            continue;
+        }
         for inbox in [false, true] {
             for tuned in [false, true] {
                 rows.push(Row {

@@ -79,8 +79,11 @@ pub trait Enqueuer: Send + Sync + 'static {
     }
 }
 
-/// Envelopes per publish call to a provider.
+/// Most envelopes per publish call to a provider.
 const PUBLISH_BATCH: usize = 500;
+
+/// Most payload bytes per publish call (a single larger message goes alone).
+const PUBLISH_BYTES: usize = 8 << 20;
 
 /// Where one message of a batch goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,7 +267,11 @@ impl QueueRouter {
                     .map(|m| Envelope::new(m.payload, m.id, m.priority))
                     .collect();
                 let mut results = Vec::with_capacity(envelopes.len());
-                for part in envelopes.chunks(PUBLISH_BATCH) {
+                for part in
+                    crate::queue::enqueue::cut(&envelopes, PUBLISH_BATCH, PUBLISH_BYTES, |e| {
+                        e.message_json.len()
+                    })
+                {
                     let statuses = external
                         .provider
                         .publish(queue, part, options)

@@ -74,6 +74,25 @@ impl SqliteInbox {
 
 #[async_trait]
 impl InboxStore for SqliteInbox {
+    async fn check_many(&self, keys: &[InboxKey]) -> Result<Vec<bool>, InboxError> {
+        let mut found = std::collections::HashSet::new();
+        for part in keys.chunks(500) {
+            let mut check = sqlx::QueryBuilder::<sqlx::Sqlite>::new(format!(
+                "SELECT id_hash FROM {} WHERE expires_at_ms > ",
+                self.table
+            ));
+            check.push_bind(now_ms()).push(" AND id_hash IN (");
+            let mut hashes = check.separated(", ");
+            for key in part {
+                hashes.push_bind(&key.hash[..]);
+            }
+            check.push(")");
+            let rows: Vec<Vec<u8>> = check.build_query_scalar().fetch_all(&self.pool).await?;
+            found.extend(rows);
+        }
+        Ok(keys.iter().map(|k| found.contains(&k.hash[..])).collect())
+    }
+
     async fn is_processed(&self, key: &InboxKey) -> Result<bool, InboxError> {
         let found = sqlx::query(AssertSqlSafe(self.check.as_str()))
             .bind(&key.hash[..])

@@ -21,6 +21,42 @@ use super::{
 /// its limit of 32,766).
 pub(crate) const ROUND_ROWS: usize = 1000;
 
+/// Most payload bytes per transaction: a batch of large messages is cut earlier, so no
+/// statement carries hundreds of megabytes.
+pub(crate) const TRANSACTION_BYTES: usize = 16 << 20;
+
+/// `messages` cut into transactions: at most [`ROUND_ROWS`] messages and, unless a single
+/// message is larger, [`TRANSACTION_BYTES`] of payload each.
+pub(crate) fn transactions(messages: &[Prepared]) -> Vec<&[Prepared]> {
+    cut(messages, ROUND_ROWS, TRANSACTION_BYTES, |m| {
+        m.message.payload.len()
+    })
+}
+
+/// `items` cut in order into runs of at most `max_items` items and `max_bytes` (by `size`);
+/// an item larger than `max_bytes` is a run of its own.
+pub(crate) fn cut<T>(
+    items: &[T],
+    max_items: usize,
+    max_bytes: usize,
+    size: impl Fn(&T) -> usize,
+) -> Vec<&[T]> {
+    let mut runs = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (n, item) in items.iter().enumerate() {
+        let item_size = size(item);
+        if n > start && (n - start == max_items || bytes + item_size > max_bytes) {
+            runs.push(&items[start..n]);
+            (start, bytes) = (n, 0);
+        }
+        bytes += item_size;
+    }
+    if start < items.len() {
+        runs.push(&items[start..]);
+    }
+    runs
+}
+
 /// A message ready to be written: the values every statement binds, computed once.
 #[derive(Debug)]
 pub(crate) struct Prepared {
@@ -244,6 +280,30 @@ mod tests {
         let many: Vec<Prepared> = (0..ROUND_ROWS + 5).map(|_| prepared(None)).collect();
         assert_eq!(round_end(&many, 0), ROUND_ROWS);
         assert_eq!(round_end(&many, ROUND_ROWS), ROUND_ROWS + 5);
+    }
+
+    #[test]
+    fn transactions_are_bounded_by_rows_and_bytes() {
+        let small: Vec<Prepared> = (0..2500).map(|_| prepared(None)).collect();
+        let sizes: Vec<usize> = transactions(&small).iter().map(|t| t.len()).collect();
+        assert_eq!(sizes, vec![1000, 1000, 500]);
+        let big = |mib: usize| {
+            Prepared::new(
+                NewMessage {
+                    payload: format!("\"{}\"", "x".repeat((mib << 20) - 2)),
+                    ..NewMessage::default()
+                },
+                1,
+            )
+        };
+        let large = vec![big(6), big(6), big(6), big(20), big(1)];
+        let sizes: Vec<usize> = transactions(&large).iter().map(|t| t.len()).collect();
+        assert_eq!(
+            sizes,
+            vec![2, 1, 1, 1],
+            "16 MiB each, a larger message alone"
+        );
+        assert!(transactions(&[]).is_empty());
     }
 
     #[test]

@@ -79,20 +79,21 @@ pub async fn record_sqlite(
     write: &InboxWrite,
 ) -> Result<(), sqlx::Error> {
     let now = now_ms();
-    let sql = format!(
-        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (id_hash) DO NOTHING",
-        write.table
-    );
-    for key in &write.rows {
-        sqlx::query(AssertSqlSafe(sql.as_str()))
-            .bind(&key.hash[..])
-            .bind(&key.endpoint)
-            .bind(&key.message_id)
-            .bind(now)
-            .bind(now + write.retention_ms)
-            .execute(&mut *conn)
-            .await?;
+    // Five values a row: 500 rows stay well within SQLite's bound-parameter limit.
+    for rows in write.rows.chunks(500) {
+        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(format!(
+            "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms) ",
+            write.table
+        ));
+        insert.push_values(rows, |mut row, key| {
+            row.push_bind(&key.hash[..])
+                .push_bind(key.endpoint.as_str())
+                .push_bind(key.message_id.as_str())
+                .push_bind(now)
+                .push_bind(now + write.retention_ms);
+        });
+        insert.push(" ON CONFLICT (id_hash) DO NOTHING");
+        insert.build().execute(&mut *conn).await?;
     }
     Ok(())
 }

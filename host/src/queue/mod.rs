@@ -104,7 +104,7 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// [`QueueStore::enqueue`] for many messages, applied in order (the same id twice is
     /// applied twice, in that order), in as few statements as the store can: one
-    /// transaction per [`enqueue::ROUND_ROWS`] messages. Results are in input order.
+    /// transaction per thousand messages (or 16 MiB of payload). Results are in input order.
     async fn enqueue_many(
         &self,
         queue: &str,

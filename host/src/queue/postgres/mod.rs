@@ -28,7 +28,7 @@ use super::{
 };
 
 use self::enqueue::PgEnqueue;
-use super::enqueue::{Applied, Prepared, ROUND_ROWS, apply as apply_batch};
+use super::enqueue::{Applied, Prepared, apply as apply_batch, transactions};
 use super::notify::Notifier;
 
 /// The PostgreSQL store.
@@ -129,7 +129,7 @@ async fn record_history(
 }
 
 impl PostgresStore {
-    /// Apply one chunk of an enqueue (at most [`ROUND_ROWS`] messages) in one transaction,
+    /// Apply one chunk of an enqueue (see [`transactions`]) in one transaction,
     /// again when PostgreSQL chose it as a deadlock victim (two batches taking the same ids
     /// in another order).
     async fn enqueue_chunk(
@@ -210,7 +210,7 @@ impl QueueStore for PostgresStore {
             .collect();
         let mut results = Vec::with_capacity(prepared.len());
         let mut ready = false;
-        for chunk in prepared.chunks(ROUND_ROWS) {
+        for chunk in transactions(&prepared) {
             let applied = self.enqueue_chunk(queue, chunk, idempotent, now).await?;
             ready |= applied.ready;
             results.extend(applied.results);

@@ -20,7 +20,7 @@ use sqlx::{Row, SqlitePool};
 use self::enqueue::SqliteEnqueue;
 use self::settle::SqliteSettle;
 use self::statements::*;
-use super::enqueue::{Prepared, ROUND_ROWS, apply as apply_batch};
+use super::enqueue::{Prepared, apply as apply_batch, transactions};
 use super::rows::{decode_headers, leased_in_order, stored_from_row};
 use super::{
     Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage, NextVersion,
@@ -81,7 +81,7 @@ impl QueueStore for SqliteStore {
             .map(|m| Prepared::new(m, now))
             .collect();
         let mut results = Vec::with_capacity(prepared.len());
-        for chunk in prepared.chunks(ROUND_ROWS) {
+        for chunk in transactions(&prepared) {
             let applied = if chunk.iter().all(|m| m.message.id.is_none()) {
                 // Nothing to collide with: one insert statement, atomic on its own.
                 let mut conn = self.pool.acquire().await?;
