@@ -81,6 +81,7 @@ macro_rules! conformance {
         $(
             for_store!($store:
                 recorded_ids_are_processed,
+                batches_are_checked_and_recorded_in_order,
                 concurrent_records_are_idempotent,
                 endpoints_are_isolated,
                 ids_are_case_sensitive,
@@ -128,6 +129,22 @@ async fn recorded_ids_are_processed(store: Arc<dyn InboxStore>) {
         store.is_processed(&k).await.unwrap(),
         "recording twice is fine"
     );
+}
+
+async fn batches_are_checked_and_recorded_in_order(store: Arc<dyn InboxStore>) {
+    // 1,200 keys: more than one statement's worth where a store splits batches.
+    let keys: Vec<InboxKey> = (0..1200)
+        .map(|n| key("billing", &format!("b-{n}")))
+        .collect();
+    let even: Vec<InboxKey> = keys.iter().step_by(2).cloned().collect();
+    store.record_many(&even, WEEK).await.unwrap();
+    store.record_many(&even[..10], WEEK).await.unwrap();
+    let seen = store.check_many(&keys).await.unwrap();
+    assert_eq!(seen.len(), 1200);
+    for (n, processed) in seen.iter().enumerate() {
+        assert_eq!(*processed, n % 2 == 0, "key b-{n}");
+    }
+    assert!(store.check_many(&[]).await.unwrap().is_empty());
 }
 
 async fn concurrent_records_are_idempotent(store: Arc<dyn InboxStore>) {
