@@ -121,7 +121,7 @@ pub(crate) async fn process<S: Source>(
     seq: u64,
     work: Work<S::Handle>,
     check: Precheck,
-    _permit: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
 ) {
     let p = &shared.pipeline;
     let attempt = work.message.attempt;
@@ -142,7 +142,14 @@ pub(crate) async fn process<S: Source>(
     // 0. Decided by the source without running the guest.
     if let Some(disposition) = work.decided {
         log(p, &work.label, attempt, &disposition);
-        finish(&shared, seq, work.handle, verdict(disposition, None)).await;
+        finish(
+            &shared,
+            seq,
+            work.handle,
+            verdict(disposition, None),
+            permit,
+        )
+        .await;
         return;
     }
 
@@ -152,7 +159,14 @@ pub(crate) async fn process<S: Source>(
         Precheck::Failed(error) => {
             let disposition = failed(error);
             log(p, &work.label, attempt, &disposition);
-            finish(&shared, seq, work.handle, verdict(disposition, None)).await;
+            finish(
+                &shared,
+                seq,
+                work.handle,
+                verdict(disposition, None),
+                permit,
+            )
+            .await;
             return;
         }
         Precheck::Checked(key, true) => {
@@ -173,6 +187,7 @@ pub(crate) async fn process<S: Source>(
                 seq,
                 work.handle,
                 verdict(Disposition::Complete, outcome),
+                permit,
             )
             .await;
             return;
@@ -244,13 +259,31 @@ pub(crate) async fn process<S: Source>(
         inbox: write.filter(|_| complete),
         attempt,
     };
-    finish(&shared, seq, work.handle, verdict).await;
+    finish(&shared, seq, work.handle, verdict, permit).await;
 }
 
 /// Settle in a task of its own that the end of the shutdown grace does not abort: a
 /// settlement cut in half (moved into SQL, not yet acknowledged) would leave the message in
 /// two places. Once settling, the message is no longer handed back at shutdown.
-async fn finish<S: Source>(shared: &Arc<Shared<S>>, seq: u64, handle: S::Handle, verdict: Verdict) {
+///
+/// The processing slot (`permit`) is handed back as soon as a settling slot is free, so the
+/// next message starts while this outcome is written: a queue's `concurrency` bounds the
+/// handlers running, and at most as many outcomes again wait for their write.
+async fn finish<S: Source>(
+    shared: &Arc<Shared<S>>,
+    seq: u64,
+    handle: S::Handle,
+    verdict: Verdict,
+    permit: OwnedSemaphorePermit,
+) {
+    let settling_slot = shared
+        .settling_slots
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("semaphore never closed");
+    drop(permit);
+    let _settling_slot = settling_slot;
     shared.in_flight.lock().expect("in-flight set").remove(&seq);
     let settling = shared.clone();
     let task = shared

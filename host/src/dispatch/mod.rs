@@ -138,6 +138,8 @@ pub(crate) struct Shared<S: Source> {
     pub(crate) in_flight: Mutex<HashMap<u64, S::Handle>>,
     /// Settlements under way (never aborted).
     pub(crate) settling: tokio_util::task::TaskTracker,
+    /// Outcomes being written at once (as many as the concurrency).
+    pub(crate) settling_slots: Arc<Semaphore>,
 }
 
 impl Pipeline {
@@ -150,6 +152,7 @@ impl Pipeline {
             source,
             in_flight: Mutex::new(HashMap::new()),
             settling: tokio_util::task::TaskTracker::new(),
+            settling_slots: Arc::new(Semaphore::new(concurrency)),
         });
         let p = &shared.pipeline;
         let slots = Arc::new(Semaphore::new(concurrency));
