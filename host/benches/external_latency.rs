@@ -31,10 +31,6 @@ fn main() {
     rt.block_on(measure(rate, Duration::from_secs(10)));
 }
 
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
-}
-
 async fn measure(rate: u64, duration: Duration) {
     let guest = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../sample-handlers/target/wasm32-wasip2/release/noop.wasm");
@@ -48,7 +44,7 @@ async fn measure(rate: u64, duration: Duration) {
          [providers.main]\ntype = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n\
          [queues.bench]\nhandler = \"noop\"\nstorage = \"external\"\nprovider = \"main\"\n\
          concurrency = 256\nbatch = 256\n",
-        redis_url()
+        common::redis_url()
     );
     let config_path = dir.path().join("wharf.toml");
     std::fs::write(&config_path, text).unwrap();
@@ -63,7 +59,7 @@ async fn measure(rate: u64, duration: Duration) {
     let stop = tokio_util::sync::CancellationToken::new();
     let poller = {
         let (outstanding, latencies, stop) = (outstanding.clone(), latencies.clone(), stop.clone());
-        let mut conn = redis::Client::open(redis_url())
+        let mut conn = redis::Client::open(common::redis_url())
             .unwrap()
             .get_multiplexed_async_connection()
             .await
@@ -152,21 +148,5 @@ async fn measure(rate: u64, duration: Duration) {
         pick(0.99),
         all.last().unwrap()
     );
-    let mut conn = redis::Client::open(redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-    }
+    common::delete_redis_keys(&prefix).await;
 }

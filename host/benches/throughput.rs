@@ -27,10 +27,6 @@ fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Store {
     Sqlite,
@@ -97,7 +93,7 @@ impl Place {
         if row.inbox && row.store == Store::Redis {
             text += &format!(
                 "[inbox.redis]\nurl = \"{}\"\nkey_prefix = \"wharf-tp:{tag}:inbox:\"\n",
-                redis_url()
+                common::redis_url()
             );
         }
         text += "[queues.bench]\nhandler = \"noop\"\n";
@@ -116,7 +112,7 @@ impl Place {
             text += &format!(
                 "storage = \"external\"\nprovider = \"main\"\n[providers.main]\ntype = \"redis\"\n\
                  url = \"{}\"\nkey_prefix = \"wharf-tp:{tag}:\"\n",
-                redis_url()
+                common::redis_url()
             );
         }
         let path = self.dir.path().join("wharf.toml");
@@ -128,25 +124,7 @@ impl Place {
         match store {
             Store::Sqlite => {}
             Store::Postgres => {}
-            Store::Redis => {
-                let mut conn = redis::Client::open(redis_url())
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap();
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(format!("wharf-tp:{}:*", self.tag))
-                    .query_async(&mut conn)
-                    .await
-                    .unwrap();
-                if !keys.is_empty() {
-                    let _: () = redis::cmd("DEL")
-                        .arg(keys)
-                        .query_async(&mut conn)
-                        .await
-                        .unwrap();
-                }
-            }
+            Store::Redis => common::delete_redis_keys(&format!("wharf-tp:{}:", self.tag)).await,
         }
         if store != Store::Sqlite {
             use sqlx::Connection;
@@ -196,22 +174,23 @@ async fn run_once(row: Row, messages: u64, run: usize) -> (f64, f64) {
         .unwrap();
     let processed = || PROCESSED.load(Ordering::Relaxed) - base;
     let (low, high) = (messages / 100, messages * 99 / 100);
-    let mut window: (Option<(Instant, u64)>, Option<(Instant, u64)>) = (None, None);
+    // When the count first reached 1 % and 99 % (time, count then).
+    let (mut first, mut last): (Option<(Instant, u64)>, Option<(Instant, u64)>) = (None, None);
     let deadline = Instant::now() + Duration::from_secs(300);
     while processed() < messages {
         assert!(Instant::now() < deadline, "{}: did not drain", row.label());
         let (n, now) = (processed(), Instant::now());
-        if window.0.is_none() && n >= low {
-            window.0 = Some((now, n));
+        if first.is_none() && n >= low {
+            first = Some((now, n));
         }
-        if window.1.is_none() && n >= high {
-            window.1 = Some((now, n));
+        if last.is_none() && n >= high {
+            last = Some((now, n));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     host.shutdown().await;
     place.clean(row.store).await;
-    let ((t0, n0), (t1, n1)) = (window.0.unwrap(), window.1.unwrap());
+    let ((t0, n0), (t1, n1)) = (first.unwrap(), last.unwrap());
     let drain = (n1 - n0) as f64 / (t1 - t0).as_secs_f64();
     (messages as f64 / enqueue_s, drain)
 }

@@ -71,3 +71,29 @@ pub fn count_processed() {
     );
     tracing::subscriber::set_global_default(counting).expect("no other subscriber");
 }
+
+/// The Redis the benches use (`REDIS_URL`, default on loopback).
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+}
+
+/// Delete every Redis key starting with `prefix` (what a bench run left).
+pub async fn delete_redis_keys(prefix: &str) {
+    let mut conn = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
