@@ -175,7 +175,8 @@ async fn run_once(row: Row, messages: u64, run: usize) -> (f64, f64) {
     let processed = || PROCESSED.load(Ordering::Relaxed) - base;
     let (low, high) = (messages / 100, messages * 99 / 100);
     // When the count first reached 1 % and 99 % (time, count then).
-    let (mut first, mut last): (Option<(Instant, u64)>, Option<(Instant, u64)>) = (None, None);
+    let mut first: Option<(Instant, u64)> = None;
+    let mut last: Option<(Instant, u64)> = None;
     let deadline = Instant::now() + Duration::from_secs(300);
     while processed() < messages {
         assert!(Instant::now() < deadline, "{}: did not drain", row.label());
