@@ -94,7 +94,10 @@ fn import_keeps_file_order_on_postgres() {
 }
 
 /// 300 enqueues at once: each caller gets its own message's answer.
-async fn concurrent_enqueues_are_answered_each(router: Arc<dyn Enqueuer>) {
+async fn concurrent_enqueues_are_answered_each(
+    router: Arc<dyn Enqueuer>,
+    store: Arc<dyn wharf_host::queue::QueueStore>,
+) {
     let mut calls = tokio::task::JoinSet::new();
     for n in 0..300 {
         let router = router.clone();
@@ -132,13 +135,21 @@ async fn concurrent_enqueues_are_answered_each(router: Arc<dyn Enqueuer>) {
         .map(|(_, _, d)| d.key)
         .collect();
     assert_eq!(keys.len(), 200, "each message its own key");
+    for (id, payload, done) in results.iter().filter(|(id, ..)| id.starts_with("own-")) {
+        let stored = store.get(done.key).await.unwrap().unwrap();
+        assert_eq!(
+            (stored.id.as_deref(), &stored.payload),
+            (Some(id.as_str()), payload),
+            "the key answered to {id} is its message"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_single_enqueues_on_sqlite() {
     let dir = TestDir::new();
     let host = dir.start(QUEUES).await;
-    concurrent_enqueues_are_answered_each(host.router.clone()).await;
+    concurrent_enqueues_are_answered_each(host.router.clone(), host.store.clone()).await;
     check_own_payloads(&host).await;
     host.shutdown().await;
 }
@@ -148,7 +159,7 @@ async fn concurrent_single_enqueues_on_postgres() {
     let dir = TestDir::new();
     let schema = PgSchema::new();
     let host = dir.start_postgres(&schema, "1s", QUEUES).await;
-    concurrent_enqueues_are_answered_each(host.router.clone()).await;
+    concurrent_enqueues_are_answered_each(host.router.clone(), host.store.clone()).await;
     check_own_payloads(&host).await;
     host.shutdown().await;
 }
@@ -176,19 +187,20 @@ async fn import_into_redis_publishes_in_batches() {
          [queues.work]\nhandler = \"none\"\nstorage = \"external\"\nprovider = \"main\"\n",
         redis_url()
     ));
-    let lines: String = (0..1200)
+    // 2,400 lines: each of the import's four producers publishes 600, in two calls.
+    let lines: String = (0..2400)
         .map(|n| format!("{}\n", json!({"n": n})))
         .collect();
     std::fs::write(dir.path("m.jsonl"), lines).unwrap();
     let (ok, stdout, stderr) = dir.wharf(&["--json", "enqueue", "work", "--file", "m.jsonl"]);
     assert!(ok, "{stderr}");
     let counts: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(counts["added"], json!(1200));
+    assert_eq!(counts["added"], json!(2400));
     let storage = RedisProvider::open(RedisSettings {
         key_prefix: prefix.clone(),
         ..RedisSettings::new(redis_url())
     })
     .await
     .unwrap();
-    assert_eq!(storage.depth("work").await.unwrap().ready, 1200);
+    assert_eq!(storage.depth("work").await.unwrap().ready, 2400);
 }

@@ -276,19 +276,18 @@ async fn finish<S: Source>(
     verdict: Verdict,
     permit: OwnedSemaphorePermit,
 ) {
-    let settling_slot = shared
-        .settling_slots
-        .clone()
-        .acquire_owned()
-        .await
-        .expect("semaphore never closed");
-    drop(permit);
-    let _settling_slot = settling_slot;
     shared.in_flight.lock().expect("in-flight set").remove(&seq);
     let settling = shared.clone();
-    let task = shared
-        .settling
-        .spawn(async move { settling.source.settle(handle, verdict).await });
+    let task = shared.settling.spawn(async move {
+        let _settling_slot = settling
+            .settling_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("semaphore never closed");
+        drop(permit);
+        settling.source.settle(handle, verdict).await
+    });
     let _ = task.await;
 }
 

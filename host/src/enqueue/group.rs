@@ -9,10 +9,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, oneshot};
 
 use super::EnqueueError;
+use crate::queue::enqueue::transaction_len;
 use crate::queue::{EnqueueStatus, Enqueued, NewMessage, QueueError, QueueStore};
-
-/// Most messages one group write takes.
-const MAX_GROUP: usize = 1000;
 
 type Reply = oneshot::Sender<Result<Enqueued, EnqueueError>>;
 
@@ -79,7 +77,13 @@ impl Group {
                     state.writing = false;
                     return;
                 }
-                let take = state.waiting.len().min(MAX_GROUP);
+                // One transaction's worth: a write that fails then stored none of them, so
+                // each can be tried again alone.
+                let take = transaction_len(
+                    &state.waiting,
+                    |(m, _)| m.payload.len(),
+                    |(m, _)| m.id.is_some(),
+                );
                 state.waiting.drain(..take).collect()
             };
             self.write(group).await;
@@ -101,8 +105,8 @@ impl Group {
                     let _ = reply.send(Ok(result));
                 }
             }
-            // One message's failure must not become the others': each alone, with its own
-            // answer.
+            // Nothing of the group was stored (one transaction). One message's failure must
+            // not become the others': each alone, with its own answer.
             Err(_) => {
                 for (message, reply) in messages.into_iter().zip(replies) {
                     let result = store.enqueue(&self.queue, message, self.idempotent).await;

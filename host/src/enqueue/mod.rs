@@ -312,17 +312,16 @@ impl QueueRouter {
                     .await?)
             }
             _ => {
-                let done = self
-                    .store
-                    .enqueue_many(queue, run, route.idempotent)
-                    .await?;
-                if done
-                    .iter()
-                    .any(|d| d.status != crate::queue::EnqueueStatus::Discarded)
-                {
+                let done = self.store.enqueue_many(queue, run, route.idempotent).await;
+                // On a failure, transactions before it may have committed: wake anyway (a
+                // processor that finds nothing waits again).
+                if done.as_ref().map_or(true, |done| {
+                    done.iter()
+                        .any(|d| d.status != crate::queue::EnqueueStatus::Discarded)
+                }) {
                     route.wake.notify_one();
                 }
-                Ok(done)
+                Ok(done?)
             }
         }
     }

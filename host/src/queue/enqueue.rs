@@ -25,12 +25,43 @@ pub(crate) const ROUND_ROWS: usize = 1000;
 /// statement carries hundreds of megabytes.
 pub(crate) const TRANSACTION_BYTES: usize = 16 << 20;
 
-/// `messages` cut into transactions: at most [`ROUND_ROWS`] messages and, unless a single
-/// message is larger, [`TRANSACTION_BYTES`] of payload each.
-pub(crate) fn transactions(messages: &[Prepared]) -> Vec<&[Prepared]> {
-    cut(messages, ROUND_ROWS, TRANSACTION_BYTES, |m| {
-        m.message.payload.len()
-    })
+/// Most messages with an id per transaction: PostgreSQL takes one advisory lock per id, and
+/// its lock table is shared by every connection (64 per connection by default).
+pub(crate) const TRANSACTION_IDS: usize = 250;
+
+/// How many of the first `items` one enqueue transaction takes: at most [`ROUND_ROWS`]
+/// messages, [`TRANSACTION_IDS`] of them with an id and, unless the first alone is larger,
+/// [`TRANSACTION_BYTES`] of payload. At least one of a non-empty slice.
+pub(crate) fn transaction_len<T>(
+    items: &[T],
+    payload_len: impl Fn(&T) -> usize,
+    has_id: impl Fn(&T) -> bool,
+) -> usize {
+    let (mut bytes, mut ids) = (0, 0);
+    for (n, item) in items.iter().enumerate() {
+        bytes += payload_len(item);
+        ids += usize::from(has_id(item));
+        if n > 0 && (n == ROUND_ROWS || bytes > TRANSACTION_BYTES || ids > TRANSACTION_IDS) {
+            return n;
+        }
+    }
+    items.len()
+}
+
+/// `messages` cut into transactions (see [`transaction_len`]).
+pub(crate) fn transactions(mut messages: &[Prepared]) -> Vec<&[Prepared]> {
+    let mut cuts = Vec::new();
+    while !messages.is_empty() {
+        let n = transaction_len(
+            messages,
+            |m| m.message.payload.len(),
+            |m| m.message.id.is_some(),
+        );
+        let (first, rest) = messages.split_at(n);
+        cuts.push(first);
+        messages = rest;
+    }
+    cuts
 }
 
 /// `items` cut in order into runs of at most `max_items` items and `max_bytes` (by `size`);
@@ -287,6 +318,9 @@ mod tests {
         let small: Vec<Prepared> = (0..2500).map(|_| prepared(None)).collect();
         let sizes: Vec<usize> = transactions(&small).iter().map(|t| t.len()).collect();
         assert_eq!(sizes, vec![1000, 1000, 500]);
+        let ids: Vec<Prepared> = (0..600).map(|n| prepared(Some(&n.to_string()))).collect();
+        let sizes: Vec<usize> = transactions(&ids).iter().map(|t| t.len()).collect();
+        assert_eq!(sizes, vec![250, 250, 100], "ids are bounded on their own");
         let big = |mib: usize| {
             Prepared::new(
                 NewMessage {

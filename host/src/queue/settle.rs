@@ -18,12 +18,12 @@ pub(crate) trait SettleStatements: Send {
     /// Write inbox records into a table of the queue database.
     async fn record_inbox(&mut self, write: &InboxWrite) -> Result<(), QueueError>;
 
-    /// Complete `completes` (kept as processed, with their outcome); returns the keys done.
+    /// Complete `completes` (kept as processed, with their outcome); returns the leases done.
     async fn complete_kept(
         &mut self,
         completes: &[&Settlement],
         now: i64,
-    ) -> Result<HashSet<i64>, QueueError>;
+    ) -> Result<HashSet<Lease>, QueueError>;
 
     /// Copy the live version of message `lease.key` into history, with `status` and `error`
     /// when given, if its lease is `lease` and its status is `only_in`.
@@ -80,7 +80,7 @@ pub(crate) async fn settle<S: SettleStatements>(
     };
     let mut results = Vec::with_capacity(settlements.len());
     for s in settlements {
-        let applied = completed.contains(&s.lease.key) || settle_one(statements, s, now).await?;
+        let applied = completed.contains(&s.lease) || settle_one(statements, s, now).await?;
         results.push(if applied {
             SettleResult::Applied
         } else {

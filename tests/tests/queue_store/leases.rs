@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use wharf_host::queue::{Disposition, NewMessage, QueueStore, SettleResult, Status, now_ms};
+use wharf_host::queue::{
+    Disposition, NewMessage, QueueStore, SettleResult, Settlement, Status, now_ms,
+};
 
 use super::{message, settle, status_of};
 
@@ -47,10 +49,15 @@ pub async fn fencing_rejects_a_stale_lease(store: Arc<dyn QueueStore>) {
         settle(&store, first[0].lease, retry).await,
         SettleResult::LeaseLost
     );
-    assert_eq!(
-        settle(&store, second[0].lease, Disposition::Complete).await,
-        SettleResult::Applied
-    );
+    // The stale and the live lease of one message in one batch: each judged by its token.
+    let both = store
+        .settle(&[
+            Settlement::new(first[0].lease, Disposition::Complete),
+            Settlement::new(second[0].lease, Disposition::Complete),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(both, vec![SettleResult::LeaseLost, SettleResult::Applied]);
     let m = store.get(added.key).await.unwrap().unwrap();
     assert_eq!(m.status, Status::Processed);
     assert!(

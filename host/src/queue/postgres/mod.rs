@@ -210,15 +210,27 @@ impl QueueStore for PostgresStore {
             .collect();
         let mut results = Vec::with_capacity(prepared.len());
         let mut ready = false;
+        let mut failed = None;
         for chunk in transactions(&prepared) {
-            let applied = self.enqueue_chunk(queue, chunk, idempotent, now).await?;
-            ready |= applied.ready;
-            results.extend(applied.results);
+            match self.enqueue_chunk(queue, chunk, idempotent, now).await {
+                Ok(applied) => {
+                    ready |= applied.ready;
+                    results.extend(applied.results);
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
+        // The transactions that committed before a failure still wake the processors.
         if ready {
             self.notifier.ready(&self.pool, queue).await;
         }
-        Ok(results)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(results),
+        }
     }
 
     async fn lease(

@@ -26,18 +26,21 @@ impl SettleStatements for PgSettle<'_> {
         &mut self,
         completes: &[&Settlement],
         now: i64,
-    ) -> Result<HashSet<i64>, QueueError> {
+    ) -> Result<HashSet<Lease>, QueueError> {
         let keys: Vec<i64> = completes.iter().map(|s| s.lease.key).collect();
         let tokens: Vec<i64> = completes.iter().map(|s| s.lease.token).collect();
         let outcomes: Vec<Option<&str>> = completes.iter().map(|s| s.outcome.as_deref()).collect();
-        let done = sqlx::query_scalar::<_, i64>(COMPLETE_MANY)
+        let done = sqlx::query_as::<_, (i64, i64)>(COMPLETE_MANY)
             .bind(now)
             .bind(&keys)
             .bind(&tokens)
             .bind(&outcomes)
             .fetch_all(&mut *self.conn)
             .await?;
-        Ok(done.into_iter().collect())
+        Ok(done
+            .into_iter()
+            .map(|(key, token)| Lease { key, token })
+            .collect())
     }
 
     async fn record_history(

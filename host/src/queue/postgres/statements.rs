@@ -19,7 +19,9 @@ RETURNING key, delivery_id";
 
 /// Transaction-scoped advisory locks on (queue, id) hashes, taken in sorted order: every
 /// enqueue of ids takes them first, so batches with ids in opposite orders queue up instead of
-/// deadlocking. (Two-key locks: a space apart from the schema lock's one-key lock.)
+/// deadlocking. (Two-key locks: a space apart from the schema lock's one-key lock.) Row locks
+/// of a batch that re-enqueues messages being settled can still meet a settlement's in a
+/// cycle; PostgreSQL breaks it and the losing side retries.
 pub(super) const LOCK_IDS: &str = "
 SELECT count(pg_advisory_xact_lock(k.queue_hash, k.id_hash)) FROM (
     SELECT DISTINCT hashtext($1) AS queue_hash, hashtext(id) AS id_hash
@@ -91,7 +93,7 @@ UPDATE messages m SET status = 'processed', processed_at_ms = $1, updated_at_ms 
                       outcome = done.outcome
 FROM UNNEST($2::bigint[], $3::bigint[], $4::text[]) AS done(key, token, outcome)
 WHERE m.key = done.key AND m.lease_token = done.token AND m.status = 'processing'
-RETURNING m.key";
+RETURNING m.key, m.lease_token";
 
 pub(super) const DELETE_LEASED: &str =
     "DELETE FROM messages WHERE key = $1 AND lease_token = $2 AND status = 'processing'";

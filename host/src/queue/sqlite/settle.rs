@@ -27,7 +27,7 @@ impl SettleStatements for SqliteSettle<'_> {
         &mut self,
         completes: &[&Settlement],
         now: i64,
-    ) -> Result<HashSet<i64>, QueueError> {
+    ) -> Result<HashSet<Lease>, QueueError> {
         let mut done = HashSet::new();
         for s in completes {
             let completed = sqlx::query(COMPLETE)
@@ -38,7 +38,7 @@ impl SettleStatements for SqliteSettle<'_> {
                 .execute(&mut *self.conn)
                 .await?;
             if completed.rows_affected() == 1 {
-                done.insert(s.lease.key);
+                done.insert(s.lease);
             }
         }
         Ok(done)
