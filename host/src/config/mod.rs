@@ -4,10 +4,13 @@
 mod admin;
 pub(crate) mod duration;
 mod external;
+mod inbox;
 mod interpolate;
 mod load;
 mod providers;
+mod queue;
 mod secret;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,9 +22,13 @@ use serde::Deserialize;
 
 pub use admin::{AdminConfig, TOKEN_ENV};
 pub use external::{ExternalConfig, ProviderConfig, QueueStorage};
+pub use inbox::{
+    InboxRedisConfig, InboxSqlConfig, InboxStoreKind, InboxStoresConfig, QueueInboxConfig,
+};
 pub use load::ConfigError;
-pub(crate) use load::is_valid_name;
+pub use queue::{AUTO_CONCURRENCY, QueueConfig, RetentionConfig};
 pub use secret::{Secret, redacted_url};
+pub(crate) use validate::is_valid_name;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
@@ -54,94 +61,6 @@ pub struct Config {
     /// `[admin]`: the admin API's token.
     #[serde(default)]
     pub admin: AdminConfig,
-}
-
-/// `[inbox]`: where consumer-inbox records can be kept. The SQL store (the `[storage]`
-/// database) and the in-memory store need no settings; Redis needs `[inbox.redis]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct InboxStoresConfig {
-    /// `[inbox.sql]`.
-    pub sql: InboxSqlConfig,
-    /// `[inbox.redis]`: required to select `store = "redis"`.
-    pub redis: Option<InboxRedisConfig>,
-}
-
-/// `[inbox.sql]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct InboxSqlConfig {
-    /// Create the inbox table if it is missing (`false`: it must exist already).
-    pub auto_create_table: bool,
-    /// The table's name.
-    pub table: String,
-}
-
-impl Default for InboxSqlConfig {
-    fn default() -> Self {
-        InboxSqlConfig {
-            auto_create_table: true,
-            table: "wharf_inbox".to_string(),
-        }
-    }
-}
-
-/// `[inbox.redis]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InboxRedisConfig {
-    /// `redis://host:port/db`.
-    pub url: String,
-    /// Prefix of every inbox key.
-    #[serde(default = "InboxRedisConfig::default_prefix")]
-    pub key_prefix: String,
-}
-
-impl InboxRedisConfig {
-    fn default_prefix() -> String {
-        "wharf:inbox:".to_string()
-    }
-}
-
-/// Which inbox store a queue uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum InboxStoreKind {
-    /// A table in the `[storage]` database.
-    Sql,
-    /// Redis keys (`[inbox.redis]`).
-    Redis,
-    /// Process memory: for tests, not durable.
-    Memory,
-}
-
-/// `[queues.NAME] inbox = { … }`: skip redeliveries of messages that already succeeded.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QueueInboxConfig {
-    /// The store.
-    pub store: InboxStoreKind,
-    /// How long a record is kept.
-    #[serde(
-        default = "QueueInboxConfig::default_retention",
-        deserialize_with = "duration::deserialize"
-    )]
-    pub retention: Duration,
-    /// How often expired records of this endpoint are removed.
-    #[serde(
-        default = "QueueInboxConfig::default_cleanup",
-        deserialize_with = "duration::deserialize"
-    )]
-    pub cleanup_interval: Duration,
-}
-
-impl QueueInboxConfig {
-    fn default_retention() -> Duration {
-        Duration::from_secs(7 * 24 * 3600)
-    }
-    fn default_cleanup() -> Duration {
-        Duration::from_secs(3600)
-    }
 }
 
 /// `[host]`.
@@ -250,162 +169,8 @@ pub struct Preopen {
     pub read_only: bool,
 }
 
-fn yes() -> bool {
+pub(crate) fn yes() -> bool {
     true
-}
-
-/// The most a queue without a `concurrency` setting processes at once.
-pub const AUTO_CONCURRENCY: u32 = 64;
-
-/// `[queues.NAME]`: one queue and the handler that processes it.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QueueConfig {
-    /// Name of the handler component (`handlers_dir/NAME.wasm`).
-    pub handler: String,
-    /// `concurrency` as set in the file; unset means automatic (see `concurrency`).
-    #[serde(default, rename = "concurrency")]
-    pub concurrency_setting: Option<u32>,
-    /// Most messages of this queue processed at once: the setting, or when it is unset an
-    /// equal share of the instances `host.max_instances` leaves to the queues that do not
-    /// set it, at most [`AUTO_CONCURRENCY`]. Resolved when the configuration is loaded.
-    #[serde(skip)]
-    pub concurrency: u32,
-    /// Attempts before a message is failed (the first delivery counts).
-    #[serde(default = "QueueConfig::default_max_attempts")]
-    pub max_attempts: u32,
-    /// How long a lease lasts; an expired lease makes the message available again.
-    #[serde(
-        default = "QueueConfig::default_lease",
-        deserialize_with = "duration::deserialize"
-    )]
-    pub lease: Duration,
-    /// Longest a single `handle` call may run before it is interrupted.
-    #[serde(
-        default = "QueueConfig::default_timeout",
-        deserialize_with = "duration::deserialize"
-    )]
-    pub timeout: Duration,
-    /// First retry delay; doubled on each later attempt, with jitter.
-    #[serde(
-        default = "QueueConfig::default_backoff",
-        deserialize_with = "duration::deserialize"
-    )]
-    pub backoff: Duration,
-    /// Longest retry delay.
-    #[serde(
-        default = "QueueConfig::default_max_backoff",
-        deserialize_with = "duration::deserialize"
-    )]
-    pub max_backoff: Duration,
-    /// Messages leased per round trip to the store.
-    #[serde(default = "QueueConfig::default_batch")]
-    pub batch: u32,
-    /// The largest payload an enqueue may carry (default 1 MiB); larger ones are refused,
-    /// and a larger broker message is moved into the SQL queue as failed.
-    #[serde(default = "QueueConfig::default_max_payload")]
-    pub max_payload: ByteSize,
-    /// Discard an enqueue whose payload equals (as JSON values) the latest version of the
-    /// message with the same id.
-    #[serde(default)]
-    pub idempotent: bool,
-    /// When a lease expires: `true` makes the message available again (failed once it used
-    /// its last attempt); `false` fails it.
-    #[serde(default = "yes")]
-    pub retry_abandoned: bool,
-    /// How long processed messages and previous versions are kept.
-    #[serde(default)]
-    pub retention: RetentionConfig,
-    /// The endpoint name the consumer inbox keys on (default: the queue name).
-    #[serde(default)]
-    pub endpoint: Option<String>,
-    /// The consumer inbox (opt-in).
-    #[serde(default)]
-    pub inbox: Option<QueueInboxConfig>,
-    /// Where pending messages live: `sql` (default) or `external`.
-    #[serde(default)]
-    pub storage: QueueStorage,
-    /// With `storage = "external"`: the `[providers.NAME]` holding the pending messages.
-    #[serde(default)]
-    pub provider: Option<String>,
-    /// External queues: whether an enqueue with a MessageId replaces the pending message
-    /// with that id. Default: what the provider can do; `true` with a provider that cannot
-    /// is a configuration error.
-    #[serde(default)]
-    pub replace_by_id: Option<bool>,
-}
-
-/// `[queues.NAME.retention]`: how long processed messages and history are kept.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetentionConfig {
-    /// Delete processed messages older than this (`"0s"`: keep no age limit... use `count`).
-    #[serde(deserialize_with = "duration::deserialize_opt")]
-    pub age: Option<Duration>,
-    /// Keep at most this many processed messages; `0` deletes them on completion (an
-    /// identified message's processed version is still recorded in its history).
-    pub count: Option<u64>,
-    /// Previous versions kept per identified message.
-    pub history_versions: u32,
-}
-
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        RetentionConfig {
-            age: Some(Duration::from_secs(7 * 24 * 3600)),
-            count: None,
-            history_versions: 10,
-        }
-    }
-}
-
-impl QueueConfig {
-    fn default_max_attempts() -> u32 {
-        5
-    }
-    fn default_lease() -> Duration {
-        Duration::from_secs(30)
-    }
-    fn default_timeout() -> Duration {
-        Duration::from_secs(10)
-    }
-    fn default_backoff() -> Duration {
-        Duration::from_secs(1)
-    }
-    fn default_max_backoff() -> Duration {
-        Duration::from_secs(300)
-    }
-    fn default_batch() -> u32 {
-        64
-    }
-
-    fn default_max_payload() -> ByteSize {
-        ByteSize::b(crate::queue::limits::DEFAULT_MAX_PAYLOAD)
-    }
-
-    /// A queue bound to `handler` with every other key at its default.
-    pub fn for_handler(handler: impl Into<String>) -> Self {
-        QueueConfig {
-            handler: handler.into(),
-            concurrency_setting: None,
-            concurrency: AUTO_CONCURRENCY,
-            max_attempts: Self::default_max_attempts(),
-            lease: Self::default_lease(),
-            timeout: Self::default_timeout(),
-            backoff: Self::default_backoff(),
-            max_backoff: Self::default_max_backoff(),
-            batch: Self::default_batch(),
-            max_payload: Self::default_max_payload(),
-            idempotent: false,
-            retry_abandoned: true,
-            retention: RetentionConfig::default(),
-            endpoint: None,
-            inbox: None,
-            storage: QueueStorage::Sql,
-            provider: None,
-            replace_by_id: None,
-        }
-    }
 }
 
 impl Config {

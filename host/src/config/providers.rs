@@ -18,7 +18,7 @@ impl Config {
             ));
         }
         for (name, provider) in &self.providers {
-            super::load::check_name(file, &format!("providers.{name}"), name)?;
+            super::validate::check_name(file, &format!("providers.{name}"), name)?;
             let Some(kind) = registry::find(&provider.kind) else {
                 return Err(ConfigError::key(
                     file,

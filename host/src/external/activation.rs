@@ -24,13 +24,28 @@ pub trait ActivationStore: Send + Sync + 'static {
     async fn is_requested(&self, queue: &str) -> Result<bool, sqlx::Error>;
 }
 
-/// The `external_activations` table of the `[storage]` database.
-pub enum SqlActivations {
-    /// SQLite.
+/// The `[storage]` database that holds the activation and delivery-count tables. Both
+/// dialects take the same statements (`$N` placeholders work on SQLite too), run through
+/// [`on_pool!`].
+#[derive(Clone)]
+pub(crate) enum StoragePool {
     Sqlite(SqlitePool),
-    /// PostgreSQL.
     Postgres(PgPool),
 }
+
+/// Evaluate `$body` with `$pool` bound to whichever pool `$storage` holds.
+macro_rules! on_pool {
+    ($storage:expr, $pool:ident => $body:expr) => {
+        match $storage {
+            $crate::external::activation::StoragePool::Sqlite($pool) => $body,
+            $crate::external::activation::StoragePool::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+/// The `external_activations` table of the `[storage]` database.
+pub struct SqlActivations(pub(crate) StoragePool);
 
 impl SqlActivations {
     /// Connect to `url` (tables in `schema` when given). The table comes with the queue
@@ -43,7 +58,7 @@ impl SqlActivations {
                 .max_connections(2)
                 .connect_with(options)
                 .await?;
-            Ok(SqlActivations::Sqlite(pool))
+            Ok(SqlActivations(StoragePool::Sqlite(pool)))
         } else {
             let mut options =
                 PgConnectOptions::from_str(url)?.application_name("wharf-activations");
@@ -57,81 +72,38 @@ impl SqlActivations {
                 .max_connections(2)
                 .connect_with(options)
                 .await?;
-            Ok(SqlActivations::Postgres(pool))
+            Ok(SqlActivations(StoragePool::Postgres(pool)))
         }
     }
 }
 
+/// Mark the queues of the JSON array `$1` as requested at `$2`, in each dialect's words.
+const REQUEST_SQLITE: &str = "INSERT INTO external_activations (queue, requested_at_ms)
+SELECT value, $2 FROM json_each($1) WHERE true ON CONFLICT (queue) DO NOTHING";
+const REQUEST_POSTGRES: &str = "INSERT INTO external_activations (queue, requested_at_ms)
+SELECT value, $2 FROM jsonb_array_elements_text($1::jsonb) ON CONFLICT (queue) DO NOTHING";
+const CLAIM: &str = "DELETE FROM external_activations WHERE queue = $1";
+const IS_REQUESTED: &str = "SELECT 1 FROM external_activations WHERE queue = $1";
+
 #[async_trait]
 impl ActivationStore for SqlActivations {
     async fn request(&self, queues: &[String]) -> Result<(), sqlx::Error> {
-        let now = now_ms();
-        match self {
-            SqlActivations::Sqlite(pool) => {
-                let mut tx = pool.begin().await?;
-                for queue in queues {
-                    sqlx::query(
-                        "INSERT INTO external_activations (queue, requested_at_ms) VALUES (?1, ?2)
-                         ON CONFLICT (queue) DO NOTHING",
-                    )
-                    .bind(queue)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                tx.commit().await?;
-            }
-            SqlActivations::Postgres(pool) => {
-                sqlx::query(
-                    "INSERT INTO external_activations (queue, requested_at_ms)
-                     SELECT q, $2 FROM UNNEST($1::text[]) AS q ON CONFLICT (queue) DO NOTHING",
-                )
-                .bind(queues)
-                .bind(now)
-                .execute(pool)
-                .await?;
-            }
-        }
+        let list = serde_json::to_string(queues).expect("queue names serialize");
+        let sql = match self.0 {
+            StoragePool::Sqlite(_) => REQUEST_SQLITE,
+            StoragePool::Postgres(_) => REQUEST_POSTGRES,
+        };
+        on_pool!(&self.0, pool => sqlx::query(sql).bind(&list).bind(now_ms()).execute(pool).await?.rows_affected());
         Ok(())
     }
 
     async fn claim(&self, queue: &str) -> Result<bool, sqlx::Error> {
-        let done = match self {
-            SqlActivations::Sqlite(pool) => {
-                sqlx::query("DELETE FROM external_activations WHERE queue = ?1")
-                    .bind(queue)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-            }
-            SqlActivations::Postgres(pool) => {
-                sqlx::query("DELETE FROM external_activations WHERE queue = $1")
-                    .bind(queue)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-            }
-        };
+        let done = on_pool!(&self.0, pool => sqlx::query(CLAIM).bind(queue).execute(pool).await?.rows_affected());
         Ok(done > 0)
     }
 
     async fn is_requested(&self, queue: &str) -> Result<bool, sqlx::Error> {
-        let found = match self {
-            SqlActivations::Sqlite(pool) => {
-                sqlx::query("SELECT 1 FROM external_activations WHERE queue = ?1")
-                    .bind(queue)
-                    .fetch_optional(pool)
-                    .await?
-                    .is_some()
-            }
-            SqlActivations::Postgres(pool) => {
-                sqlx::query("SELECT 1 FROM external_activations WHERE queue = $1")
-                    .bind(queue)
-                    .fetch_optional(pool)
-                    .await?
-                    .is_some()
-            }
-        };
+        let found = on_pool!(&self.0, pool => sqlx::query(IS_REQUESTED).bind(queue).fetch_optional(pool).await?.is_some());
         Ok(found)
     }
 }

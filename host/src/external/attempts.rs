@@ -5,12 +5,11 @@
 //! host restarts — ends failed after `max_attempts`. The row is removed when the message is
 //! settled; a message the host hands back itself is forgiven one count.
 
+use super::activation::{StoragePool, on_pool};
+use super::{Delivery, DeliveryCount, Envelope, SqlActivations};
+use crate::queue::now_ms;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
-use sqlx::{PgPool, SqlitePool};
-
-use super::SqlActivations;
-use crate::queue::now_ms;
 
 /// Durable redelivery counts of external messages.
 #[async_trait]
@@ -57,22 +56,28 @@ pub fn attempt_key(message_id: Option<&str>, body: &[u8]) -> String {
 }
 
 /// The `external_attempts` table, on the activation store's connections.
-pub enum SqlAttempts {
-    /// SQLite.
-    Sqlite(SqlitePool),
-    /// PostgreSQL.
-    Postgres(PgPool),
-}
+pub struct SqlAttempts(StoragePool);
 
 impl SqlAttempts {
     /// The counter in the same database as `activations`.
     pub fn beside(activations: &SqlActivations) -> Self {
-        match activations {
-            SqlActivations::Sqlite(pool) => SqlAttempts::Sqlite(pool.clone()),
-            SqlActivations::Postgres(pool) => SqlAttempts::Postgres(pool.clone()),
-        }
+        SqlAttempts(activations.0.clone())
     }
 }
+
+/// Count one more delivery of (`$1` queue, `$2` key) at `$3`; returns the count.
+const REDELIVERED: &str = "
+INSERT INTO external_attempts (queue, message_key, redeliveries, updated_at_ms) VALUES ($1, $2, 1, $3)
+ON CONFLICT (queue, message_key) DO UPDATE
+SET redeliveries = external_attempts.redeliveries + 1, updated_at_ms = $3
+RETURNING CAST(redeliveries AS BIGINT)";
+/// Take one count back from (`$1` queue, `$2` key) at `$3`.
+const FORGIVE: &str = "
+INSERT INTO external_attempts (queue, message_key, redeliveries, updated_at_ms) VALUES ($1, $2, -1, $3)
+ON CONFLICT (queue, message_key) DO UPDATE
+SET redeliveries = external_attempts.redeliveries - 1, updated_at_ms = $3";
+const PURGE: &str = "DELETE FROM external_attempts WHERE updated_at_ms < $1";
+const FORGET: &str = "DELETE FROM external_attempts WHERE queue = $1 AND message_key = $2";
 
 #[async_trait]
 impl AttemptCounter for SqlAttempts {
@@ -80,37 +85,12 @@ impl AttemptCounter for SqlAttempts {
         let now = now_ms();
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
-            let n: i64 = match self {
-                SqlAttempts::Sqlite(pool) => {
-                    sqlx::query_scalar(
-                        "INSERT INTO external_attempts (queue, message_key, redeliveries, updated_at_ms)
-                         VALUES (?1, ?2, 1, ?3)
-                         ON CONFLICT (queue, message_key) DO UPDATE
-                         SET redeliveries = redeliveries + 1, updated_at_ms = ?3
-                         RETURNING redeliveries",
-                    )
-                    .bind(queue)
-                    .bind(key)
-                    .bind(now)
-                    .fetch_one(pool)
-                    .await?
-                }
-                SqlAttempts::Postgres(pool) => {
-                    let n: i32 = sqlx::query_scalar(
-                        "INSERT INTO external_attempts (queue, message_key, redeliveries, updated_at_ms)
-                         VALUES ($1, $2, 1, $3)
-                         ON CONFLICT (queue, message_key) DO UPDATE
-                         SET redeliveries = external_attempts.redeliveries + 1, updated_at_ms = $3
-                         RETURNING redeliveries",
-                    )
-                    .bind(queue)
-                    .bind(key)
-                    .bind(now)
-                    .fetch_one(pool)
-                    .await?;
-                    i64::from(n)
-                }
-            };
+            let n: i64 = on_pool!(&self.0, pool => sqlx::query_scalar(REDELIVERED)
+                .bind(queue)
+                .bind(key)
+                .bind(now)
+                .fetch_one(pool)
+                .await?);
             out.push(n.max(0) as u32);
         }
         Ok(out)
@@ -119,81 +99,101 @@ impl AttemptCounter for SqlAttempts {
     async fn forgive(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error> {
         let now = now_ms();
         for key in keys {
-            match self {
-                SqlAttempts::Sqlite(pool) => {
-                    sqlx::query(
-                        "INSERT INTO external_attempts (queue, message_key, redeliveries, updated_at_ms)
-                         VALUES (?1, ?2, -1, ?3)
-                         ON CONFLICT (queue, message_key) DO UPDATE
-                         SET redeliveries = redeliveries - 1, updated_at_ms = ?3",
-                    )
-                    .bind(queue)
-                    .bind(key)
-                    .bind(now)
-                    .execute(pool)
-                    .await?;
-                }
-                SqlAttempts::Postgres(pool) => {
-                    sqlx::query(
-                        "INSERT INTO external_attempts (queue, message_key, redeliveries, updated_at_ms)
-                         VALUES ($1, $2, -1, $3)
-                         ON CONFLICT (queue, message_key) DO UPDATE
-                         SET redeliveries = external_attempts.redeliveries - 1, updated_at_ms = $3",
-                    )
-                    .bind(queue)
-                    .bind(key)
-                    .bind(now)
-                    .execute(pool)
-                    .await?;
-                }
-            }
+            on_pool!(&self.0, pool => sqlx::query(FORGIVE)
+                .bind(queue)
+                .bind(key)
+                .bind(now)
+                .execute(pool)
+                .await?
+                .rows_affected());
         }
         Ok(())
     }
 
     async fn purge(&self, before_ms: i64) -> Result<u64, sqlx::Error> {
-        let done = match self {
-            SqlAttempts::Sqlite(pool) => {
-                sqlx::query("DELETE FROM external_attempts WHERE updated_at_ms < ?1")
-                    .bind(before_ms)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-            }
-            SqlAttempts::Postgres(pool) => {
-                sqlx::query("DELETE FROM external_attempts WHERE updated_at_ms < $1")
-                    .bind(before_ms)
-                    .execute(pool)
-                    .await?
-                    .rows_affected()
-            }
-        };
+        let done = on_pool!(&self.0, pool => sqlx::query(PURGE)
+            .bind(before_ms)
+            .execute(pool)
+            .await?
+            .rows_affected());
         Ok(done)
     }
 
     async fn forget(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error> {
         for key in keys {
-            match self {
-                SqlAttempts::Sqlite(pool) => {
-                    sqlx::query(
-                        "DELETE FROM external_attempts WHERE queue = ?1 AND message_key = ?2",
-                    )
-                    .bind(queue)
-                    .bind(key)
-                    .execute(pool)
-                    .await?;
-                }
-                SqlAttempts::Postgres(pool) => {
-                    sqlx::query(
-                        "DELETE FROM external_attempts WHERE queue = $1 AND message_key = $2",
-                    )
-                    .bind(queue)
-                    .bind(key)
-                    .execute(pool)
-                    .await?;
-                }
-            }
+            on_pool!(&self.0, pool => sqlx::query(FORGET)
+                .bind(queue)
+                .bind(key)
+                .execute(pool)
+                .await?
+                .rows_affected());
         }
         Ok(())
     }
+}
+
+/// The key the host counts a message's deliveries under: the broker's identity of the
+/// message, or its MessageId, or its body's SHA-256.
+pub(crate) fn counting_key(delivery: &Delivery, envelope: Option<&Envelope>) -> String {
+    let key = match &delivery.identity {
+        Some(identity) => format!("delivery:{identity}"),
+        None => attempt_key(
+            envelope.and_then(|e| e.message_id.as_deref()),
+            &delivery.body,
+        ),
+    };
+    bounded(key)
+}
+
+/// Longest counting key stored as is; a longer one (a direct producer's long MessageId) is
+/// stored as its SHA-256, so the table's index never meets an over-long key.
+const MAX_COUNTING_KEY: usize = 256;
+
+fn bounded(key: String) -> String {
+    if key.len() <= MAX_COUNTING_KEY {
+        return key;
+    }
+    format!("key-sha256:{}", hex::encode(Sha256::digest(key.as_bytes())))
+}
+
+/// The attempt of each delivery: the broker's count where it has one; otherwise the
+/// host's durable count — of redeliveries where the broker flags them (a first delivery
+/// is attempt 1 without a write), of every delivery where it tells nothing.
+pub(crate) async fn attempts_of(
+    counter: &dyn AttemptCounter,
+    queue: &str,
+    provider: &str,
+    deliveries: &[(Delivery, Option<Envelope>, Option<String>)],
+) -> Vec<(u32, Option<String>)> {
+    let mut out: Vec<(u32, Option<String>)> = vec![(1, None); deliveries.len()];
+    let mut counted: Vec<(usize, String, u32)> = Vec::new();
+    for (i, (d, e, _)) in deliveries.iter().enumerate() {
+        let key = || counting_key(d, e.as_ref());
+        match d.count {
+            DeliveryCount::Exact(n) => out[i].0 = n.max(1),
+            DeliveryCount::Redelivered(false) => {}
+            // The count so far is of redeliveries: this one is attempt count + 1.
+            DeliveryCount::Redelivered(true) => counted.push((i, key(), 1)),
+            // The count so far is of deliveries, this one included.
+            DeliveryCount::Unknown => counted.push((i, key(), 0)),
+        }
+    }
+    if counted.is_empty() {
+        return out;
+    }
+    let keys: Vec<String> = counted.iter().map(|(_, k, _)| k.clone()).collect();
+    match counter.redelivered(queue, &keys).await {
+        Ok(counts) => {
+            for ((i, key, extra), n) in counted.into_iter().zip(counts) {
+                out[i] = ((n + extra).max(1), Some(key));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(queue = %queue, provider = %provider, "counting deliveries failed; counting them as a second attempt: {e}");
+            for (i, key, _) in counted {
+                out[i] = (2, Some(key));
+            }
+        }
+    }
+    out
 }

@@ -9,6 +9,7 @@ mod backoff;
 pub(crate) mod enqueue;
 mod inbox_records;
 pub mod limits;
+mod manage;
 mod notify;
 mod payload;
 mod plan;

@@ -325,28 +325,11 @@ impl QueueStore for PostgresStore {
     }
 
     async fn get(&self, key: i64) -> Result<Option<StoredMessage>, QueueError> {
-        let row = sqlx::query("SELECT * FROM messages WHERE key = $1")
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(stored).transpose()
+        self.get_now(key).await
     }
 
     async fn list(&self, filter: &MessageFilter) -> Result<Vec<StoredMessage>, QueueError> {
-        let rows = sqlx::query(
-            "SELECT * FROM messages
-             WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR status = $2)
-               AND ($4::text IS NULL OR (wharf_id_hash(message_id) = wharf_id_hash($4) AND message_id = $4)) AND ($5::bigint IS NULL OR key < $5)
-             ORDER BY key DESC LIMIT $3",
-        )
-        .bind(&filter.queue)
-        .bind(filter.status.as_ref().map(|s| s.as_str().to_string()))
-        .bind(filter.limit as i64)
-        .bind(&filter.id)
-        .bind(filter.before_key)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(stored).collect()
+        self.list_now(filter).await
     }
 
     async fn history(&self, queue: &str, id: &str) -> Result<Vec<HistoryEntry>, QueueError> {
@@ -354,18 +337,7 @@ impl QueueStore for PostgresStore {
     }
 
     async fn counts(&self, queue: &str) -> Result<Vec<(Status, u64)>, QueueError> {
-        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM messages WHERE queue = $1 GROUP BY status ORDER BY status")
-            .bind(queue)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    Status::parse(r.try_get::<&str, _>("status")?),
-                    r.try_get::<i64, _>("n")? as u64,
-                ))
-            })
-            .collect()
+        self.counts_now(queue).await
     }
 
     async fn retry(&self, selector: &Selector) -> Result<u64, QueueError> {

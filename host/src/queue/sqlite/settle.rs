@@ -1,5 +1,5 @@
-//! The SQLite statements of a settlement ([`SettleStatements`]), one per message (SQLite runs
-//! them in process, so a statement costs no round trip).
+//! The SQLite statements of a settlement ([`SettleStatements`]): completions together in one
+//! statement, every other outcome one statement per message.
 
 use std::collections::HashSet;
 
@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use sqlx::SqliteConnection;
 
 use super::statements::{
-    APPLY_NEXT, COMPLETE, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
+    APPLY_NEXT, COMPLETE_MANY, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
 };
 use crate::queue::settle::SettleStatements;
 use crate::queue::{InboxWrite, Lease, QueueError, Settlement, record_sqlite};
@@ -28,20 +28,20 @@ impl SettleStatements for SqliteSettle<'_> {
         completes: &[&Settlement],
         now: i64,
     ) -> Result<HashSet<Lease>, QueueError> {
-        let mut done = HashSet::new();
-        for s in completes {
-            let completed = sqlx::query(COMPLETE)
-                .bind(now)
-                .bind(s.lease.key)
-                .bind(s.lease.token)
-                .bind(s.outcome.as_deref())
-                .execute(&mut *self.conn)
-                .await?;
-            if completed.rows_affected() == 1 {
-                done.insert(s.lease);
-            }
-        }
-        Ok(done)
+        let done: Vec<(i64, i64, Option<&str>)> = completes
+            .iter()
+            .map(|s| (s.lease.key, s.lease.token, s.outcome.as_deref()))
+            .collect();
+        let done = serde_json::to_string(&done).expect("leases serialize");
+        let completed = sqlx::query_as::<_, (i64, i64)>(COMPLETE_MANY)
+            .bind(now)
+            .bind(done)
+            .fetch_all(&mut *self.conn)
+            .await?;
+        Ok(completed
+            .into_iter()
+            .map(|(key, token)| Lease { key, token })
+            .collect())
     }
 
     async fn record_history(

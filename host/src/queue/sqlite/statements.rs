@@ -36,10 +36,16 @@ WHERE key IN (
 RETURNING key, queue, message_id, delivery_id, payload, headers, priority, attempts,
           lease_token, enqueued_at_ms, process_at_ms, source_delivery_id";
 
-pub(super) const COMPLETE: &str = "
+/// Complete the leases of the JSON array `?2` (`[[key, token, outcome], …]`) kept as
+/// processed, in one statement; returns the leases it completed.
+pub(super) const COMPLETE_MANY: &str = "
 UPDATE messages SET status = 'processed', processed_at_ms = ?1, updated_at_ms = ?1, lease_expires_at_ms = NULL,
-                    outcome = ?4
-WHERE key = ?2 AND lease_token = ?3 AND status = 'processing'";
+                    outcome = done.done_outcome
+FROM (SELECT json_extract(value, '$[0]') AS done_key, json_extract(value, '$[1]') AS done_token,
+             json_extract(value, '$[2]') AS done_outcome
+      FROM json_each(?2)) AS done
+WHERE key = done.done_key AND lease_token = done.done_token AND status = 'processing'
+RETURNING key, lease_token";
 
 pub(super) const DELETE_LEASED: &str =
     "DELETE FROM messages WHERE key = ?1 AND lease_token = ?2 AND status = 'processing'";

@@ -5,15 +5,23 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+mod commands;
+mod error;
+
+pub use self::commands::{BulkChanged, Changed};
+use self::commands::{delete, delete_all, move_all, move_to, retry, retry_all};
+pub use self::error::ApiError;
+pub(crate) use self::error::Params;
+use self::error::{ApiResult, Key};
 use super::AppState;
-use crate::queue::{HistoryEntry, MessageFilter, QueueError, Selector, Status, StoredMessage};
+use crate::queue::{HistoryEntry, MessageFilter, Status, StoredMessage};
 
 /// Most messages one page lists.
 pub const MAX_PAGE: u32 = 500;
@@ -40,103 +48,12 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ApiError::not_found("no such API endpoint".to_string()) })
         .method_not_allowed_fallback(|| async {
-            ApiError {
-                status: StatusCode::METHOD_NOT_ALLOWED,
-                message: "this endpoint does not take that method".to_string(),
-            }
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "this endpoint does not take that method".to_string(),
+            )
         })
 }
-
-/// An API error: a status and a message.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    /// An error with this status and message.
-    pub(super) fn new(status: StatusCode, message: String) -> Self {
-        ApiError { status, message }
-    }
-    pub(super) fn internal(message: String) -> Self {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
-    }
-    pub(super) fn bad_request(message: String) -> Self {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message,
-        }
-    }
-    pub(super) fn not_found(message: String) -> Self {
-        ApiError {
-            status: StatusCode::NOT_FOUND,
-            message,
-        }
-    }
-}
-
-impl From<axum::extract::rejection::QueryRejection> for ApiError {
-    fn from(e: axum::extract::rejection::QueryRejection) -> Self {
-        ApiError::bad_request(format!("bad query parameters: {}", e.body_text()))
-    }
-}
-
-impl From<axum::extract::rejection::PathRejection> for ApiError {
-    fn from(e: axum::extract::rejection::PathRejection) -> Self {
-        ApiError::bad_request(format!("bad path: {}", e.body_text()))
-    }
-}
-
-/// A path's message key, or a JSON error.
-struct Key(i64);
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Key {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        let Path(key) = Path::<i64>::from_request_parts(parts, state).await?;
-        Ok(Key(key))
-    }
-}
-
-/// Query parameters, or a JSON error.
-pub(super) struct Params<T>(pub(super) T);
-
-impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S>
-    for Params<T>
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        let Query(params) = Query::<T>::from_request_parts(parts, state).await?;
-        Ok(Params(params))
-    }
-}
-
-impl From<QueueError> for ApiError {
-    fn from(e: QueueError) -> Self {
-        ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: format!("the queue storage failed: {e}"),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.message });
-        (self.status, Json(body)).into_response()
-    }
-}
-
-type ApiResult<T> = Result<Json<T>, ApiError>;
 
 /// One configured queue.
 #[derive(Debug, Serialize, Deserialize)]
@@ -282,181 +199,6 @@ async fn message(State(state): State<AppState>, Key(key): Key) -> ApiResult<Mess
     Ok(Json(MessageDetail { message, history }))
 }
 
-/// What a management call changed.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Changed {
-    /// Messages changed.
-    pub changed: u64,
-}
-
-async fn retry(State(state): State<AppState>, Key(key): Key) -> ApiResult<Changed> {
-    stored(&state, key).await?;
-    let changed = state.store.retry(&Selector::Key(key)).await?;
-    if changed == 0 {
-        return Err(busy(key));
-    }
-    crate::metrics::counts::want_fresh();
-    Ok(Json(Changed { changed }))
-}
-
-fn busy(key: i64) -> ApiError {
-    ApiError {
-        status: StatusCode::CONFLICT,
-        message: format!("message {key} is being processed: try again when it settles"),
-    }
-}
-
-/// `POST /messages/retry` parameters: every message of `queue` in `status`.
-#[derive(Debug, Deserialize)]
-struct RetryAllQuery {
-    queue: String,
-    status: String,
-}
-
-async fn retry_all(
-    State(state): State<AppState>,
-    Params(query): Params<RetryAllQuery>,
-) -> ApiResult<Changed> {
-    known_queue(&state, &query.queue)?;
-    let selector = Selector::QueueStatus {
-        queue: query.queue,
-        status: Status::parse(&query.status),
-    };
-    let changed = state.store.retry(&selector).await?;
-    crate::metrics::counts::want_fresh();
-    Ok(Json(Changed { changed }))
-}
-
-/// `POST /messages/{key}/move` body.
-#[derive(Debug, Deserialize)]
-struct MoveBody {
-    status: String,
-}
-
-/// The status a move body names, if a message may be moved there by hand.
-fn target_status(
-    body: Result<Json<MoveBody>, axum::extract::rejection::JsonRejection>,
-) -> Result<Status, ApiError> {
-    let Json(body) = body.map_err(|e| {
-        ApiError::bad_request(format!("the body must be {{\"status\": \"…\"}}: {e}"))
-    })?;
-    let status = Status::parse(&body.status);
-    if matches!(status, Status::Processing | Status::AwaitingRelease)
-        || !crate::config::is_valid_name(&body.status)
-    {
-        return Err(ApiError::bad_request(format!(
-            "cannot move a message to `{}`: use pending, failed, sleeping, processed or a custom name",
-            body.status
-        )));
-    }
-    Ok(status)
-}
-
-async fn move_to(
-    State(state): State<AppState>,
-    Key(key): Key,
-    body: Result<Json<MoveBody>, axum::extract::rejection::JsonRejection>,
-) -> ApiResult<Changed> {
-    let status = target_status(body)?;
-    stored(&state, key).await?;
-    if !state.store.move_to(key, &status).await? {
-        return Err(busy(key));
-    }
-    crate::metrics::counts::want_fresh();
-    Ok(Json(Changed { changed: 1 }))
-}
-
-/// `POST /messages/move` and `DELETE /messages` parameters: up to `limit` messages of
-/// `queue` in `status`, newest first.
-#[derive(Debug, Deserialize)]
-struct BulkQuery {
-    queue: String,
-    status: String,
-    limit: Option<u32>,
-}
-
-/// What a change by filter did.
-#[derive(Debug, Serialize)]
-pub struct BulkChanged {
-    /// Messages changed.
-    pub changed: u64,
-    /// Messages skipped because they were being processed.
-    pub skipped: u64,
-}
-
-/// The messages a bulk call selects.
-async fn selected(state: &AppState, query: &BulkQuery) -> Result<Vec<i64>, ApiError> {
-    known_queue(state, &query.queue)?;
-    let limit = query.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_BULK {
-        return Err(ApiError::bad_request(format!(
-            "limit must be between 1 and {MAX_BULK}, not {limit}"
-        )));
-    }
-    let filter = MessageFilter {
-        queue: Some(query.queue.clone()),
-        status: Some(Status::parse(&query.status)),
-        limit,
-        ..Default::default()
-    };
-    Ok(state
-        .store
-        .list(&filter)
-        .await?
-        .iter()
-        .map(|m| m.key)
-        .collect())
-}
-
-async fn move_all(
-    State(state): State<AppState>,
-    Params(query): Params<BulkQuery>,
-    body: Result<Json<MoveBody>, axum::extract::rejection::JsonRejection>,
-) -> ApiResult<BulkChanged> {
-    let target = target_status(body)?;
-    let mut done = BulkChanged {
-        changed: 0,
-        skipped: 0,
-    };
-    for key in selected(&state, &query).await? {
-        if state.store.move_to(key, &target).await? {
-            done.changed += 1;
-        } else {
-            done.skipped += 1;
-        }
-    }
-    crate::metrics::counts::want_fresh();
-    Ok(Json(done))
-}
-
-async fn delete_all(
-    State(state): State<AppState>,
-    Params(query): Params<BulkQuery>,
-) -> ApiResult<BulkChanged> {
-    let mut done = BulkChanged {
-        changed: 0,
-        skipped: 0,
-    };
-    for key in selected(&state, &query).await? {
-        if state.store.delete(key).await? {
-            done.changed += 1;
-        } else {
-            done.skipped += 1;
-        }
-    }
-    crate::metrics::counts::want_fresh();
-    Ok(Json(done))
-}
-
-async fn delete(State(state): State<AppState>, Key(key): Key) -> ApiResult<Changed> {
-    stored(&state, key).await?;
-    if !state.store.delete(key).await? {
-        return Err(busy(key));
-    }
-    crate::metrics::counts::want_fresh();
-    Ok(Json(Changed { changed: 1 }))
-}
-
 async fn deploys(State(state): State<AppState>) -> Json<Vec<crate::runtime::DeployEvent>> {
     Json(state.registry.deploys.recent())
 }
@@ -477,7 +219,7 @@ mod tests {
 
     /// Every `.route("PATH", get(..).delete(..))` of [`super::routes`], as (method, path).
     fn routed() -> BTreeSet<(String, String)> {
-        let source = include_str!("api.rs");
+        let source = include_str!("mod.rs");
         let body = &source[source.find("fn routes()").unwrap()..];
         let body = &body[..body.find(".fallback(").unwrap()];
         let mut out = BTreeSet::new();

@@ -7,24 +7,25 @@
 //! of the same name — with its envelope, provider, MessageId and attempt count — and only
 //! then acknowledges it. A failed move hands the message back to the broker explicitly.
 
+mod move_to_sql;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::acker::start_acker;
-use super::attempts::attempt_key;
+use super::attempts::{attempts_of, counting_key};
 use super::{
     ActivationStore, AttemptCounter, Consumer, CountKind, Delivery, DeliveryCount, Envelope,
     Handle, Nack, ProviderHealth,
 };
 use crate::config::QueueConfig;
-use crate::dispatch::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Source, Verdict, Work};
+use crate::dispatch::{InboxBinding, InboxIds, Source, Verdict, Work};
 use crate::queue::limits;
-use crate::queue::{Disposition, NewMessage, QueueStore, Status, now_ms};
+use crate::queue::{Disposition, QueueStore, Status, now_ms};
 use crate::runtime::Message;
 
 /// One received broker message while it is processed.
@@ -39,30 +40,6 @@ pub struct Item {
     /// Whether handing it back forgives one count (the broker flags or counts nothing, so
     /// the next delivery would be counted as an attempt).
     forgive: bool,
-}
-
-/// The key the host counts a message's deliveries under: the broker's identity of the
-/// message, or its MessageId, or its body's SHA-256.
-fn counting_key(delivery: &Delivery, envelope: Option<&Envelope>) -> String {
-    let key = match &delivery.identity {
-        Some(identity) => format!("delivery:{identity}"),
-        None => attempt_key(
-            envelope.and_then(|e| e.message_id.as_deref()),
-            &delivery.body,
-        ),
-    };
-    bounded(key)
-}
-
-/// Longest counting key stored as is; a longer one (a direct producer's long MessageId) is
-/// stored as its SHA-256, so the table's index never meets an over-long key.
-const MAX_COUNTING_KEY: usize = 256;
-
-fn bounded(key: String) -> String {
-    if key.len() <= MAX_COUNTING_KEY {
-        return key;
-    }
-    format!("key-sha256:{}", hex::encode(Sha256::digest(key.as_bytes())))
 }
 
 /// One external queue.
@@ -142,46 +119,6 @@ impl ExternalSource {
         }
     }
 
-    /// The attempt of each delivery: the broker's count where it has one; otherwise the
-    /// host's durable count — of redeliveries where the broker flags them (a first delivery
-    /// is attempt 1 without a write), of every delivery where it tells nothing.
-    async fn attempts_of(
-        &self,
-        deliveries: &[(Delivery, Option<Envelope>, Option<String>)],
-    ) -> Vec<(u32, Option<String>)> {
-        let mut out: Vec<(u32, Option<String>)> = vec![(1, None); deliveries.len()];
-        let mut counted: Vec<(usize, String, u32)> = Vec::new();
-        for (i, (d, e, _)) in deliveries.iter().enumerate() {
-            let key = || counting_key(d, e.as_ref());
-            match d.count {
-                DeliveryCount::Exact(n) => out[i].0 = n.max(1),
-                DeliveryCount::Redelivered(false) => {}
-                // The count so far is of redeliveries: this one is attempt count + 1.
-                DeliveryCount::Redelivered(true) => counted.push((i, key(), 1)),
-                // The count so far is of deliveries, this one included.
-                DeliveryCount::Unknown => counted.push((i, key(), 0)),
-            }
-        }
-        if counted.is_empty() {
-            return out;
-        }
-        let keys: Vec<String> = counted.iter().map(|(_, k, _)| k.clone()).collect();
-        match self.attempts.redelivered(&self.name, &keys).await {
-            Ok(counts) => {
-                for ((i, key, extra), n) in counted.into_iter().zip(counts) {
-                    out[i] = ((n + extra).max(1), Some(key));
-                }
-            }
-            Err(e) => {
-                tracing::warn!(queue = %self.name, provider = %self.provider, "counting deliveries failed; counting them as a second attempt: {e}");
-                for (i, key, _) in counted {
-                    out[i] = (2, Some(key));
-                }
-            }
-        }
-        out
-    }
-
     /// Acknowledge a delivery (batched with others); false when its lease or lock was lost.
     async fn ack(&self, item: &Item) -> bool {
         let (reply, rx) = oneshot::channel();
@@ -196,73 +133,6 @@ impl ExternalSource {
                 .await;
         }
         held
-    }
-
-    /// Move the message into the SQL queue (`status`, due at `at_ms`, with `error`), then
-    /// acknowledge it in the broker. If the move fails, the message goes back to the broker
-    /// after a pause (counted: the handler ran).
-    async fn move_and_ack(
-        &self,
-        item: &Item,
-        status: Option<Status>,
-        at_ms: i64,
-        error: Option<String>,
-        attempt: u32,
-    ) {
-        if !self.consumer.holds(&item.handle) {
-            tracing::warn!(queue = %self.name, provider = %self.provider, "the broker took the message back before it was moved into the SQL queue: it is delivered again instead");
-            return;
-        }
-        let envelope = item.envelope.as_ref();
-        let body = String::from_utf8_lossy(&item.body).into_owned();
-        let payload = match envelope {
-            Some(e) => e.message_json.clone(),
-            // The raw body, kept as a JSON string so the SQL queue can hold it.
-            None => serde_json::Value::String(body.clone()).to_string(),
-        };
-        let id = envelope.and_then(|e| e.message_id.clone());
-        let moved_as = status.as_ref().map_or("retry", |s| s.as_str()).to_string();
-        let message = NewMessage {
-            id: id.clone(),
-            payload,
-            priority: envelope.map_or(0, |e| e.priority),
-            process_at_ms: Some(at_ms),
-            headers: {
-                let mut headers = vec![(MOVED_FROM_HEADER.to_string(), self.provider.clone())];
-                // The raw body, except for an envelope over `max_payload`: its payload is
-                // kept already, and twice would double what was too large.
-                if envelope.is_none() || body.len() as u64 <= self.config.max_payload.as_u64() {
-                    headers.push(("wharf.envelope".to_string(), body));
-                }
-                headers
-            },
-            status,
-            last_error: error,
-            source_delivery_id: id,
-            attempts: attempt,
-        };
-        match self.sql.enqueue(&self.name, message, false).await {
-            Ok(_) => {
-                crate::metrics::moved_into_sql(&self.name, &self.provider, &moved_as);
-                self.sql_wake.notify_one();
-                self.ack(item).await;
-            }
-            Err(e) => {
-                tracing::error!(queue = %self.name, provider = %self.provider, "could not move a message into the SQL queue; handing it back to the broker: {e}");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let nack = Nack {
-                    requeue: true,
-                    counted: true,
-                };
-                if let Err(e) = self
-                    .consumer
-                    .nack(std::slice::from_ref(&item.handle), nack)
-                    .await
-                {
-                    tracing::error!(queue = %self.name, provider = %self.provider, "could not hand the message back either; the broker redelivers it when its lease or connection ends: {e}");
-                }
-            }
-        }
     }
 }
 
@@ -304,7 +174,8 @@ impl Source for ExternalSource {
                 }
             })
             .collect();
-        let attempts = self.attempts_of(&parsed).await;
+        let attempts =
+            attempts_of(self.attempts.as_ref(), &self.name, &self.provider, &parsed).await;
         let max_attempts = self.config.max_attempts;
         Ok(parsed
             .into_iter()

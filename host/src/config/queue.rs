@@ -1,0 +1,162 @@
+//! `[queues.NAME]`: one queue's keys and their defaults.
+
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use serde::Deserialize;
+
+use super::{QueueInboxConfig, QueueStorage, duration};
+
+/// The most a queue without a `concurrency` setting processes at once.
+pub const AUTO_CONCURRENCY: u32 = 64;
+
+/// `[queues.NAME]`: one queue and the handler that processes it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    /// Name of the handler component (`handlers_dir/NAME.wasm`).
+    pub handler: String,
+    /// `concurrency` as set in the file; unset means automatic (see `concurrency`).
+    #[serde(default, rename = "concurrency")]
+    pub concurrency_setting: Option<u32>,
+    /// Most messages of this queue processed at once: the setting, or when it is unset an
+    /// equal share of the instances `host.max_instances` leaves to the queues that do not
+    /// set it, at most [`AUTO_CONCURRENCY`]. Resolved when the configuration is loaded.
+    #[serde(skip)]
+    pub concurrency: u32,
+    /// Attempts before a message is failed (the first delivery counts).
+    #[serde(default = "QueueConfig::default_max_attempts")]
+    pub max_attempts: u32,
+    /// How long a lease lasts; an expired lease makes the message available again.
+    #[serde(
+        default = "QueueConfig::default_lease",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub lease: Duration,
+    /// Longest a single `handle` call may run before it is interrupted.
+    #[serde(
+        default = "QueueConfig::default_timeout",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub timeout: Duration,
+    /// First retry delay; doubled on each later attempt, with jitter.
+    #[serde(
+        default = "QueueConfig::default_backoff",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub backoff: Duration,
+    /// Longest retry delay.
+    #[serde(
+        default = "QueueConfig::default_max_backoff",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub max_backoff: Duration,
+    /// Messages leased per round trip to the store.
+    #[serde(default = "QueueConfig::default_batch")]
+    pub batch: u32,
+    /// The largest payload an enqueue may carry (default 1 MiB); larger ones are refused,
+    /// and a larger broker message is moved into the SQL queue as failed.
+    #[serde(default = "QueueConfig::default_max_payload")]
+    pub max_payload: ByteSize,
+    /// Discard an enqueue whose payload equals (as JSON values) the latest version of the
+    /// message with the same id.
+    #[serde(default)]
+    pub idempotent: bool,
+    /// When a lease expires: `true` makes the message available again (failed once it used
+    /// its last attempt); `false` fails it.
+    #[serde(default = "super::yes")]
+    pub retry_abandoned: bool,
+    /// How long processed messages and previous versions are kept.
+    #[serde(default)]
+    pub retention: RetentionConfig,
+    /// The endpoint name the consumer inbox keys on (default: the queue name).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// The consumer inbox (opt-in).
+    #[serde(default)]
+    pub inbox: Option<QueueInboxConfig>,
+    /// Where pending messages live: `sql` (default) or `external`.
+    #[serde(default)]
+    pub storage: QueueStorage,
+    /// With `storage = "external"`: the `[providers.NAME]` holding the pending messages.
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// External queues: whether an enqueue with a MessageId replaces the pending message
+    /// with that id. Default: what the provider can do; `true` with a provider that cannot
+    /// is a configuration error.
+    #[serde(default)]
+    pub replace_by_id: Option<bool>,
+}
+
+/// `[queues.NAME.retention]`: how long processed messages and history are kept.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Delete processed messages older than this (`"0s"`: keep no age limit... use `count`).
+    #[serde(deserialize_with = "duration::deserialize_opt")]
+    pub age: Option<Duration>,
+    /// Keep at most this many processed messages; `0` deletes them on completion (an
+    /// identified message's processed version is still recorded in its history).
+    pub count: Option<u64>,
+    /// Previous versions kept per identified message.
+    pub history_versions: u32,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            age: Some(Duration::from_secs(7 * 24 * 3600)),
+            count: None,
+            history_versions: 10,
+        }
+    }
+}
+
+impl QueueConfig {
+    fn default_max_attempts() -> u32 {
+        5
+    }
+    fn default_lease() -> Duration {
+        Duration::from_secs(30)
+    }
+    fn default_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    fn default_backoff() -> Duration {
+        Duration::from_secs(1)
+    }
+    fn default_max_backoff() -> Duration {
+        Duration::from_secs(300)
+    }
+    fn default_batch() -> u32 {
+        64
+    }
+
+    fn default_max_payload() -> ByteSize {
+        ByteSize::b(crate::queue::limits::DEFAULT_MAX_PAYLOAD)
+    }
+
+    /// A queue bound to `handler` with every other key at its default.
+    pub fn for_handler(handler: impl Into<String>) -> Self {
+        QueueConfig {
+            handler: handler.into(),
+            concurrency_setting: None,
+            concurrency: AUTO_CONCURRENCY,
+            max_attempts: Self::default_max_attempts(),
+            lease: Self::default_lease(),
+            timeout: Self::default_timeout(),
+            backoff: Self::default_backoff(),
+            max_backoff: Self::default_max_backoff(),
+            batch: Self::default_batch(),
+            max_payload: Self::default_max_payload(),
+            idempotent: false,
+            retry_abandoned: true,
+            retention: RetentionConfig::default(),
+            endpoint: None,
+            inbox: None,
+            storage: QueueStorage::Sql,
+            provider: None,
+            replace_by_id: None,
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! Moving an external message into the SQL queue of the same name (every outcome but
+//! success), then acknowledging it in the broker; a failed move hands it back instead.
+
+use std::time::Duration;
+
+use super::{ExternalSource, Item};
+use crate::dispatch::MOVED_FROM_HEADER;
+use crate::external::Nack;
+use crate::queue::{NewMessage, Status};
+
+impl ExternalSource {
+    /// Move the message into the SQL queue (`status`, due at `at_ms`, with `error`), then
+    /// acknowledge it in the broker. If the move fails, the message goes back to the broker
+    /// after a pause (counted: the handler ran).
+    pub(super) async fn move_and_ack(
+        &self,
+        item: &Item,
+        status: Option<Status>,
+        at_ms: i64,
+        error: Option<String>,
+        attempt: u32,
+    ) {
+        if !self.consumer.holds(&item.handle) {
+            tracing::warn!(queue = %self.name, provider = %self.provider, "the broker took the message back before it was moved into the SQL queue: it is delivered again instead");
+            return;
+        }
+        let envelope = item.envelope.as_ref();
+        let body = String::from_utf8_lossy(&item.body).into_owned();
+        let payload = match envelope {
+            Some(e) => e.message_json.clone(),
+            // The raw body, kept as a JSON string so the SQL queue can hold it.
+            None => serde_json::Value::String(body.clone()).to_string(),
+        };
+        let id = envelope.and_then(|e| e.message_id.clone());
+        let moved_as = status.as_ref().map_or("retry", |s| s.as_str()).to_string();
+        let message = NewMessage {
+            id: id.clone(),
+            payload,
+            priority: envelope.map_or(0, |e| e.priority),
+            process_at_ms: Some(at_ms),
+            headers: {
+                let mut headers = vec![(MOVED_FROM_HEADER.to_string(), self.provider.clone())];
+                // The raw body, except for an envelope over `max_payload`: its payload is
+                // kept already, and twice would double what was too large.
+                if envelope.is_none() || body.len() as u64 <= self.config.max_payload.as_u64() {
+                    headers.push(("wharf.envelope".to_string(), body));
+                }
+                headers
+            },
+            status,
+            last_error: error,
+            source_delivery_id: id,
+            attempts: attempt,
+        };
+        match self.sql.enqueue(&self.name, message, false).await {
+            Ok(_) => {
+                crate::metrics::moved_into_sql(&self.name, &self.provider, &moved_as);
+                self.sql_wake.notify_one();
+                self.ack(item).await;
+            }
+            Err(e) => {
+                tracing::error!(queue = %self.name, provider = %self.provider, "could not move a message into the SQL queue; handing it back to the broker: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let nack = Nack {
+                    requeue: true,
+                    counted: true,
+                };
+                if let Err(e) = self
+                    .consumer
+                    .nack(std::slice::from_ref(&item.handle), nack)
+                    .await
+                {
+                    tracing::error!(queue = %self.name, provider = %self.provider, "could not hand the message back either; the broker redelivers it when its lease or connection ends: {e}");
+                }
+            }
+        }
+    }
+}
