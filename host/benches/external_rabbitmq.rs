@@ -72,9 +72,9 @@ const SETUPS: [Setup; 2] = [
         defaults: false,
     },
     Setup {
-        label: "queue defaults (concurrency 8, batch 32)",
-        concurrency: 8,
-        batch: 32,
+        label: "queue defaults (concurrency 64, batch 64)",
+        concurrency: wharf_host::config::AUTO_CONCURRENCY,
+        batch: 64,
         defaults: true,
     },
 ];

@@ -47,7 +47,8 @@ pub(crate) const COUNTS: &str = "SELECT status, COUNT(*) AS n FROM messages WHER
 GROUP BY status ORDER BY status";
 
 /// Implement the operator commands as inherent `*_now` methods of a store type with a `pool`
-/// field, using `$sql` (a [`ManageSql`]) and a `stored(&Row)` decoder in scope.
+/// field (writes) and a `readers()` method (reads), using `$sql` (a [`ManageSql`]) and a
+/// `stored(&Row)` decoder in scope.
 macro_rules! operator_commands {
     ($store:ty, $sql:expr) => {
         impl $store {
@@ -112,7 +113,7 @@ macro_rules! operator_commands {
             ) -> Result<Option<$crate::queue::StoredMessage>, $crate::queue::QueueError> {
                 let row = sqlx::query($crate::queue::manage::GET)
                     .bind(key)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(self.readers())
                     .await?;
                 row.as_ref().map(stored).transpose()
             }
@@ -128,7 +129,7 @@ macro_rules! operator_commands {
                     .bind(filter.limit as i64)
                     .bind(&filter.id)
                     .bind(filter.before_key)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.readers())
                     .await?;
                 rows.iter().map(stored).collect()
             }
@@ -140,7 +141,7 @@ macro_rules! operator_commands {
                 use sqlx::Row;
                 let rows = sqlx::query($crate::queue::manage::COUNTS)
                     .bind(queue)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.readers())
                     .await?;
                 rows.iter()
                     .map(|r| {
@@ -164,7 +165,7 @@ macro_rules! operator_commands {
                 let rows = sqlx::query(sql.history)
                     .bind(queue)
                     .bind(id)
-                    .fetch_all(&self.pool)
+                    .fetch_all(self.readers())
                     .await?;
                 rows.iter().map(|r| history_from_row!(r)).collect()
             }

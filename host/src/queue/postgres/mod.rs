@@ -129,6 +129,11 @@ async fn record_history(
 }
 
 impl PostgresStore {
+    /// The connections reads go through (the same pool as writes).
+    pub(super) fn readers(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// Apply one chunk of an enqueue (see [`transactions`]) in one transaction,
     /// again when PostgreSQL chose it as a deadlock victim (two batches taking the same ids
     /// in another order).

@@ -31,7 +31,12 @@ use super::{
 /// The SQLite store.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// The one connection every write goes through. SQLite takes one writer at a time; with
+    /// one connection the writers of this process queue here instead of in SQLite's busy
+    /// handler, which sleeps a millisecond or more per conflict.
     pool: SqlitePool,
+    /// Connections for reads (operator listings, counts), beside the writer (WAL).
+    readers: SqlitePool,
 }
 
 impl SqliteStore {
@@ -43,12 +48,25 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30));
         let pool = SqlitePoolOptions::new()
-            .max_connections(max_connections)
+            .max_connections(1)
             .connect_with(options.clone())
             .await?;
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         migrate::migrate(&pool, options.get_filename(), in_memory).await?;
-        Ok(SqliteStore { pool })
+        let readers = if in_memory {
+            pool.clone() // another connection would open another database
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(max_connections.max(1))
+                .connect_with(options)
+                .await?
+        };
+        Ok(SqliteStore { pool, readers })
+    }
+
+    /// The connections reads go through.
+    pub(super) fn readers(&self) -> &SqlitePool {
+        &self.readers
     }
 }
 
@@ -208,7 +226,7 @@ impl QueueStore for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), QueueError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&self.readers).await?;
         Ok(())
     }
 }
