@@ -59,6 +59,12 @@ backoff = "10ms"
         (done("message processed") && done("message failed")).then_some(events)
     })
     .await;
+    // The outcome is logged before its settlement commits: wait for that before the kill.
+    wait_for(T, "the failure settled", || async {
+        let stored = store.get(bad).await.unwrap()?;
+        (stored.status == Status::Failed).then_some(())
+    })
+    .await;
     child.kill().unwrap();
     child.wait().unwrap();
 
@@ -86,6 +92,4 @@ backoff = "10ms"
     assert_eq!(failed["level"], "ERROR");
     assert_eq!(failed["fields"]["handler"], "flaky");
     assert_eq!(failed["fields"]["attempt"], 2);
-    let stored = store.get(bad).await.unwrap().unwrap();
-    assert_eq!(stored.status, Status::Failed);
 }

@@ -44,7 +44,8 @@ impl SqliteInbox {
         if auto_create {
             sqlx::query(AssertSqlSafe(format!(
                 "CREATE TABLE IF NOT EXISTS {table} (id_hash BLOB PRIMARY KEY, endpoint TEXT NOT NULL,
-                     message_id TEXT NOT NULL, created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL)"
+                     message_id TEXT NOT NULL, created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL)
+                 WITHOUT ROWID"
             )))
             .execute(&pool)
             .await?;
