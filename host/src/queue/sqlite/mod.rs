@@ -46,6 +46,9 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
+            // A statement's rollback journal inside a transaction stays in memory instead
+            // of a temporary file written for every multi-statement settlement.
+            .pragma("temp_store", "memory")
             .busy_timeout(Duration::from_secs(30));
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
