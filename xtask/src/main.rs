@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask demo | test | bench | guests | lint`.
+//! Project automation: `cargo xtask demo | test | bench | fuzz | guests | lint`.
 //!
 //! Every command installs what it needs (the `wasm32-wasip2` target, cargo-nextest) so it
 //! works the same on a fresh machine and in CI.
@@ -40,6 +40,12 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Run the property tests (parsers and hostile enqueues) with a long budget.
+    Fuzz {
+        /// Generated cases per property, relative to the 256 every test run uses.
+        #[arg(long, default_value_t = 25_600)]
+        cases: u32,
+    },
     /// Build the sample and fixture handlers for wasm32-wasip2.
     Guests,
     /// cargo fmt --check and cargo clippy with warnings as errors.
@@ -58,6 +64,20 @@ fn main() -> Result<()> {
             tools::build_guests()?;
             let mut cmd = tools::cargo(&["bench", "--package", "wharf-host"]);
             cmd.args(&args);
+            tools::run(cmd)
+        }
+        Task::Fuzz { cases } => {
+            tools::ensure_nextest()?;
+            services::ensure_postgres()?;
+            let mut cmd = tools::cargo(&[
+                "nextest",
+                "run",
+                "--package",
+                "wharf-tests",
+                "--test",
+                "properties",
+            ]);
+            cmd.env("PROPTEST_CASES", cases.to_string());
             tools::run(cmd)
         }
         Task::Guests => tools::build_guests(),

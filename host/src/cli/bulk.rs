@@ -7,12 +7,12 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Cli;
 use super::format::print_json;
-use crate::enqueue::{Enqueuer, QueueRouter};
+use crate::enqueue::{Enqueuer, QueueRouter, parse_lines};
 use crate::queue::{EnqueueStatus, NewMessage};
 
 /// Producers enqueueing at once.
@@ -33,40 +33,8 @@ pub async fn enqueue_file(
 ) -> anyhow::Result<ExitCode> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let mut messages = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let value: serde_json::Value = serde_json::from_str(line).with_context(|| {
-            format!(
-                "{}:{}: not valid JSON; nothing was enqueued",
-                file.display(),
-                n + 1
-            )
-        })?;
-        let id = match id_from {
-            None => template.id.clone(),
-            Some(pointer) => match value.pointer(pointer) {
-                Some(serde_json::Value::String(s)) => Some(s.clone()),
-                Some(v @ serde_json::Value::Number(_)) => Some(v.to_string()),
-                _ => bail!(
-                    "{}:{}: no string or number at `{pointer}`; nothing was enqueued",
-                    file.display(),
-                    n + 1
-                ),
-            },
-        };
-        let message = NewMessage {
-            id,
-            payload: line.to_string(),
-            ..template.clone()
-        };
-        router
-            .check_limits(queue, &message)
-            .with_context(|| format!("{}:{}: nothing was enqueued", file.display(), n + 1))?;
-        messages.push(message);
-    }
+    let messages = parse_lines(&text, id_from, &template, |m| router.check_limits(queue, m))
+        .map_err(|e| anyhow::anyhow!("{}:{e}", file.display()))?;
     let total = messages.len() as u64;
     let bar = ProgressBar::new(total).with_style(
         ProgressStyle::with_template(

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use super::format::{clip, print_json, table, time};
 use super::{Cli, load_config};
 use crate::enqueue::{Enqueuer, QueueRouter};
-use crate::queue::{self, MessageFilter, NewMessage, QueueStore, Selector, Status, now_ms};
+use crate::queue::{self, MessageFilter, NewMessage, QueueStore, Selector, Status, limits, now_ms};
 
 /// `wharf enqueue QUEUE JSON …` or `wharf enqueue QUEUE --file messages.jsonl`.
 #[derive(Debug, Args)]
@@ -138,7 +138,9 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
         id: args.id.clone(),
         payload: String::new(),
         priority: args.priority,
-        process_at_ms: args.delay.map(|d| now_ms() + d.as_millis() as i64),
+        process_at_ms: args
+            .delay
+            .map(|d| limits::due_after(now_ms(), u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
         headers: args.headers.clone(),
         status: args.status.as_deref().map(parse_status).transpose()?,
         last_error: None,

@@ -25,6 +25,7 @@ pub use external::{ExternalConfig, ProviderConfig, QueueStorage};
 pub use inbox::{
     InboxRedisConfig, InboxSqlConfig, InboxStoreKind, InboxStoresConfig, QueueInboxConfig,
 };
+pub use interpolate::{InterpolateError, interpolate};
 pub use load::ConfigError;
 pub use queue::{AUTO_CONCURRENCY, QueueConfig, RetentionConfig};
 pub use secret::{Secret, redacted_url};

@@ -5,12 +5,15 @@
 //! waits in the SQL queue until due, when the host publishes it into the broker.
 
 mod group;
+mod import;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::Notify;
+
+pub use import::{ImportError, parse_lines};
 
 use crate::config::{Config, QueueStorage};
 use crate::dispatch::DEFERRED_PUBLISH_HEADER;
@@ -189,7 +192,8 @@ impl QueueRouter {
         }
     }
 
-    /// Whether `message` is within the limits of `queue` (id length, `max_payload`).
+    /// Whether `message` is within the limits of `queue` (id length, `max_payload`, no NUL in
+    /// its id or headers).
     pub fn check_limits(&self, queue: &str, message: &NewMessage) -> Result<(), EnqueueError> {
         let route = self.route(queue)?;
         limits::check(
@@ -198,6 +202,7 @@ impl QueueRouter {
             &message.payload,
             route.max_payload,
         )
+        .and_then(|()| limits::check_headers(&message.headers))
         .map_err(|limit| EnqueueError::Limit {
             queue: queue.to_string(),
             limit,

@@ -1,13 +1,26 @@
 //! The limits every enqueue path enforces, whatever the store: the length of a MessageId
 //! (one limit for the CLI, the JSON Lines import, guests and broker envelopes) and the size
 //! of a payload (each queue's `max_payload`). Ids longer than the consumer inbox's 512
-//! characters are still accepted: the inbox is bypassed for them, as its rules say.
+//! characters are still accepted: the inbox is bypassed for them, as its rules say. No id or
+//! header may hold a NUL character, which PostgreSQL cannot store in text: every store refuses
+//! it alike, before anything is written.
 
 /// The longest MessageId, in characters.
 pub const MAX_ID_CHARS: usize = 1024;
 
 /// The default `max_payload` of a queue: 1 MiB.
 pub const DEFAULT_MAX_PAYLOAD: u64 = 1024 * 1024;
+
+/// The latest processing date a message can have: the last millisecond of year 9999, which
+/// every store and broker can represent. A longer delay means this date.
+pub const LATEST_DATE_MS: i64 = 253_402_300_799_999;
+
+/// The processing date `delay_ms` after `now_ms`, at most [`LATEST_DATE_MS`].
+pub fn due_after(now_ms: i64, delay_ms: u64) -> i64 {
+    now_ms
+        .saturating_add(i64::try_from(delay_ms).unwrap_or(i64::MAX))
+        .min(LATEST_DATE_MS)
+}
 
 /// A message beyond a limit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,6 +43,12 @@ pub enum LimitError {
         /// The queue's `max_payload`.
         limit: u64,
     },
+    /// A NUL character (U+0000) in a text the stores keep.
+    #[error("the {field} contains a NUL character (U+0000), which no store accepts")]
+    Nul {
+        /// What holds it (`message id`, or ``header `NAME` ``).
+        field: String,
+    },
 }
 
 /// Check a message for `queue` (whose `max_payload` is `max_payload` bytes).
@@ -44,6 +63,11 @@ pub fn check(
         if chars > MAX_ID_CHARS {
             return Err(LimitError::IdTooLong { chars });
         }
+        if id.contains('\0') {
+            return Err(LimitError::Nul {
+                field: "message id".to_string(),
+            });
+        }
     }
     if payload.len() as u64 > max_payload {
         return Err(LimitError::PayloadTooLarge {
@@ -53,6 +77,19 @@ pub fn check(
         });
     }
     Ok(())
+}
+
+/// Check a message's headers: names and values without NUL characters.
+pub fn check_headers(headers: &[(String, String)]) -> Result<(), LimitError> {
+    match headers
+        .iter()
+        .find(|(name, value)| name.contains('\0') || value.contains('\0'))
+    {
+        Some((name, _)) => Err(LimitError::Nul {
+            field: format!("header `{}`", name.escape_default()),
+        }),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -76,5 +113,18 @@ mod tests {
             err.to_string(),
             "the payload is 11 bytes: queue `orders` takes at most 10 bytes (`queues.orders.max_payload`)"
         );
+        assert_eq!(
+            check("q", Some("a\0b"), "{}", 10).unwrap_err().to_string(),
+            "the message id contains a NUL character (U+0000), which no store accepts"
+        );
+        let headers = [
+            ("ok".to_string(), "v".to_string()),
+            ("t\0".to_string(), "v".to_string()),
+        ];
+        assert_eq!(
+            check_headers(&headers).unwrap_err().to_string(),
+            "the header `t\\u{0}` contains a NUL character (U+0000), which no store accepts"
+        );
+        assert_eq!(check_headers(&headers[..1]), Ok(()));
     }
 }

@@ -132,6 +132,25 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, http: bool) -> wasmt
     Ok(())
 }
 
+/// The message a guest's `host.enqueue(queue, payload, options)` asks for at `now` (Unix
+/// ms). Any delay is accepted: one beyond year 9999 means the latest date
+/// ([`crate::queue::limits::LATEST_DATE_MS`]).
+pub fn guest_message(payload: String, options: EnqueueOptions, now: i64) -> NewMessage {
+    NewMessage {
+        id: options.id,
+        payload,
+        priority: options.priority.unwrap_or(0),
+        process_at_ms: options
+            .delay_ms
+            .map(|d| crate::queue::limits::due_after(now, d)),
+        headers: options.headers,
+        status: None,
+        last_error: None,
+        source_delivery_id: None,
+        attempts: 0,
+    }
+}
+
 impl wharf::handler::types::Host for HostState {}
 
 impl wharf::handler::host::Host for HostState {
@@ -141,17 +160,7 @@ impl wharf::handler::host::Host for HostState {
         payload: String,
         options: EnqueueOptions,
     ) -> Result<EnqueueStatus, String> {
-        let message = NewMessage {
-            id: options.id,
-            payload,
-            priority: options.priority.unwrap_or(0),
-            process_at_ms: options.delay_ms.map(|d| now_ms() + d as i64),
-            headers: options.headers,
-            status: None,
-            last_error: None,
-            source_delivery_id: None,
-            attempts: 0,
-        };
+        let message = guest_message(payload, options, now_ms());
         match self.enqueuer.enqueue(&queue, message).await {
             Ok(done) => {
                 tracing::debug!(handler = %self.handler, from = %self.queue, to = %queue, key = done.key, "handler enqueued a message");

@@ -12,7 +12,9 @@ mod outbound;
 mod output;
 mod registry;
 
-pub use bindings::{EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome};
+pub use bindings::{
+    EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome, guest_message,
+};
 pub use deploy_log::{DeployEvent, DeployLog, DeployResult};
 pub use engine::EPOCH_TICK;
 pub use invoke::{InvokeError, InvokeResult, invoke};
