@@ -1,6 +1,9 @@
 //! A TCP proxy a test controls, in front of a broker or server on loopback: `stop` cuts
 //! every connection and refuses new ones (the service is gone for its clients while it
-//! keeps its state), `start_again` lets clients back in.
+//! keeps its state), `start_again` lets clients back in; `close_all` closes the connections
+//! of the moment and accepts new ones (a server that killed its clients); `hold` stops all
+//! traffic without closing anything until released (a network cut: packets vanish, then flow
+//! on once it heals).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +13,7 @@ pub struct TcpProxy {
     port: u16,
     up: Arc<AtomicBool>,
     cut: Arc<tokio::sync::Notify>,
+    held: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -22,11 +26,19 @@ impl TcpProxy {
         let port = listener.local_addr().unwrap().port();
         let up = Arc::new(AtomicBool::new(true));
         let cut = Arc::new(tokio::sync::Notify::new());
-        let task = tokio::spawn(forward(listener, target, up.clone(), cut.clone()));
+        let (held, watch_held) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(forward(
+            listener,
+            target,
+            up.clone(),
+            cut.clone(),
+            watch_held,
+        ));
         TcpProxy {
             port,
             up,
             cut,
+            held,
             task,
         }
     }
@@ -46,6 +58,16 @@ impl TcpProxy {
     pub fn start_again(&self) {
         self.up.store(true, Ordering::SeqCst);
     }
+
+    /// Close every connection open now; new ones are accepted.
+    pub fn close_all(&self) {
+        self.cut.notify_waiters();
+    }
+
+    /// Hold all traffic (`true`) until released (`false`); connections stay open.
+    pub fn hold(&self, held: bool) {
+        let _ = self.held.send(held);
+    }
 }
 
 /// Forward connections to the target while `up`; cut them all when `cut` is notified.
@@ -54,22 +76,46 @@ async fn forward(
     target: u16,
     up: Arc<AtomicBool>,
     cut: Arc<tokio::sync::Notify>,
+    held: tokio::sync::watch::Receiver<bool>,
 ) {
-    while let Ok((mut client, _)) = listener.accept().await {
+    while let Ok((client, _)) = listener.accept().await {
         if !up.load(Ordering::SeqCst) {
             drop(client); // refused: closed at once
             continue;
         }
         let cut = cut.clone();
+        let held = held.clone();
         tokio::spawn(async move {
-            let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+            let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
                 return;
             };
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
             tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                _ = pump(client_read, server_write, held.clone()) => {}
+                _ = pump(server_read, client_write, held) => {}
                 _ = cut.notified() => {}
             }
         });
+    }
+}
+
+/// Copy bytes one way, waiting while traffic is held.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut held: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if held.wait_for(|h| !h).await.is_err() || to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
     }
 }
 

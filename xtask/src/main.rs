@@ -1,9 +1,10 @@
-//! Project automation: `cargo xtask demo | test | bench | fuzz | guests | lint`.
+//! Project automation: `cargo xtask demo | test | bench | fuzz | chaos | guests | lint`.
 //!
 //! Every command installs what it needs (the `wasm32-wasip2` target, cargo-nextest) so it
 //! works the same on a fresh machine and in CI.
 
 mod browser;
+mod chaos;
 mod demo;
 mod polyglot;
 mod services;
@@ -46,6 +47,15 @@ enum Task {
         #[arg(long, default_value_t = 25_600)]
         cases: u32,
     },
+    /// Run the fault matrix's long form and write its table into the README.
+    Chaos {
+        /// Messages per case.
+        #[arg(long, default_value_t = 5_000)]
+        messages: u64,
+        /// Seconds each network cut lasts.
+        #[arg(long, default_value_t = 10)]
+        cut_secs: u64,
+    },
     /// Build the sample and fixture handlers for wasm32-wasip2.
     Guests,
     /// cargo fmt --check and cargo clippy with warnings as errors.
@@ -80,6 +90,7 @@ fn main() -> Result<()> {
             cmd.env("PROPTEST_CASES", cases.to_string());
             tools::run(cmd)
         }
+        Task::Chaos { messages, cut_secs } => chaos::run(messages, cut_secs),
         Task::Guests => tools::build_guests(),
         Task::Lint => lint(),
     }

@@ -1,0 +1,185 @@
+//! The backends of the fault matrix: where the queue under test keeps its messages, the proxy
+//! the host reaches it through, and how a case reads the replies and sees the queue settled.
+
+use std::sync::Arc;
+
+use redis::AsyncCommands;
+use wharf_host::external::redis::Keys;
+use wharf_host::queue::{MessageFilter, QueueStore, Status};
+use wharf_tests::proxy::TcpProxy;
+use wharf_tests::{PgSchema, TestDir, database_url, redis_url, unique_prefix};
+
+/// Where the queue under test lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    Redis,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+            Backend::Redis => "Redis",
+        }
+    }
+}
+
+/// One case's backend, configured in its directory.
+pub struct Setup {
+    /// The host's admin address (`/readyz`).
+    pub admin: String,
+    /// The SQL store of the `replies` queue (and of `work` on a SQL backend), reached
+    /// directly, not through the proxy.
+    store: Arc<dyn QueueStore>,
+    proxy: Option<TcpProxy>,
+    redis_keys: Option<Keys>,
+    _schema: Option<PgSchema>,
+}
+
+/// The queue under test: short leases so a crashed host's messages return quickly, and
+/// retries enough for every fault.
+const WORK: &str = "[queues.work]\nhandler = \"work\"\nlease = \"3s\"\ntimeout = \"2s\"\nbackoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 1000\n";
+
+const REPLIES: &str = "[queues.replies]\nhandler = \"none\"\n";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|tail| tail.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"))
+}
+
+impl Setup {
+    /// Write the case's `wharf.toml` for `backend` into `dir`.
+    pub async fn new(backend: Backend, dir: &TestDir) -> Setup {
+        let admin = format!("127.0.0.1:{}", free_port());
+        let (storage, external, proxy, schema, redis_keys) = match backend {
+            Backend::Sqlite => (
+                "url = \"sqlite://wharf.db\"".to_string(),
+                String::new(),
+                None,
+                None,
+                None,
+            ),
+            Backend::Postgres => {
+                let proxy = TcpProxy::start(port_of(&database_url())).await;
+                let schema = PgSchema::new();
+                let url = format!("postgres://postgres@127.0.0.1:{}/test", proxy.port());
+                let storage = format!("url = \"{url}\"\nschema = \"{}\"", schema.name);
+                (storage, String::new(), Some(proxy), Some(schema), None)
+            }
+            Backend::Redis => {
+                let proxy = TcpProxy::start(port_of(&redis_url())).await;
+                let prefix = unique_prefix("chaos");
+                let provider = format!(
+                    "[providers.main]\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\nkey_prefix = \"{prefix}\"\npromote_interval = \"100ms\"\n",
+                    proxy.port()
+                );
+                let keys = Keys::new(&prefix, "work");
+                (
+                    "url = \"sqlite://wharf.db\"".to_string(),
+                    format!("storage = \"external\"\nprovider = \"main\"\n\n{provider}"),
+                    Some(proxy),
+                    None,
+                    Some(keys),
+                )
+            }
+        };
+        let text = format!(
+            "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{WORK}{external}\n{REPLIES}"
+        );
+        std::fs::write(dir.path("wharf.toml"), text).unwrap();
+        let store = match &schema {
+            Some(schema) => wharf_host::queue::open(&database_url(), Some(&schema.name), 2)
+                .await
+                .expect("the case's PostgreSQL schema"),
+            None => dir.sqlite_store().await,
+        };
+        Setup {
+            admin,
+            store,
+            proxy,
+            redis_keys,
+            _schema: schema,
+        }
+    }
+
+    /// The proxy in front of the store (SQL backends other than SQLite, and brokers).
+    pub fn proxy(&self) -> &TcpProxy {
+        self.proxy.as_ref().expect("this backend has no proxy")
+    }
+
+    /// Enqueue messages `0..total` into `work` with the CLI.
+    pub fn enqueue(&self, dir: &TestDir, total: u64) {
+        let lines: String = (0..total)
+            .map(|n| format!("{{\"n\":{n},\"reply_to\":\"replies\",\"sleep_ms\":5}}\n"))
+            .collect();
+        std::fs::write(dir.path("work.jsonl"), lines).unwrap();
+        let (ok, _, stderr) = dir.wharf(&["enqueue", "work", "--file", "work.jsonl"]);
+        assert!(ok, "enqueueing the load failed: {stderr}");
+    }
+
+    /// Every `n` a run echoed so far (one entry per run).
+    pub async fn replies(&self) -> Vec<i64> {
+        let mut out = Vec::new();
+        let mut before = None;
+        loop {
+            let page = self
+                .store
+                .list(&MessageFilter {
+                    queue: Some("replies".into()),
+                    limit: 1000,
+                    before_key: before,
+                    ..Default::default()
+                })
+                .await
+                .expect("listing the replies");
+            let Some(last) = page.last() else {
+                return out;
+            };
+            before = Some(last.key);
+            out.extend(page.iter().map(|m| {
+                let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+                v["seen"]["n"].as_i64().expect("the echoed n")
+            }));
+        }
+    }
+
+    /// Whether nothing of `work` is left pending, leased or failed.
+    pub async fn settled(&self, total: u64) -> bool {
+        let counts = self.store.counts("work").await.expect("counting `work`");
+        let count = |status: Status| {
+            counts
+                .iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, n)| *n)
+        };
+        let sql_settled = match self.redis_keys {
+            None => count(Status::Processed) == total,
+            Some(_) => counts.iter().all(|(_, n)| *n == 0),
+        };
+        let Some(keys) = &self.redis_keys else {
+            return sql_settled;
+        };
+        let mut redis = redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("Redis");
+        let ready: u64 = redis.zcard(&keys.ready).await.unwrap();
+        let leased: u64 = redis.zcard(&keys.leases).await.unwrap();
+        sql_settled && ready == 0 && leased == 0
+    }
+}

@@ -1,0 +1,212 @@
+//! The fault matrix: for each backend and fault, N messages through a counting guest (the
+//! `flaky` fixture echoing each message's `n` into the SQL queue `replies`, one reply per run),
+//! while a `wharf run` process is crashed, stopped, or cut off from its store. Each case
+//! reports lost messages (must be 0), duplicate runs, the time processing took to resume once
+//! the fault ended, and whether `/readyz` went red during the fault and green again.
+//!
+//! `cargo xtask test` runs the short form (few messages, 3 s cuts); `cargo xtask chaos` runs
+//! the long form (`WHARF_CHAOS_MESSAGES`, `WHARF_CHAOS_CUT_SECS`) and writes every row to
+//! `WHARF_CHAOS_OUT` for the table in the README.
+
+mod backend;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use backend::{Backend, Setup};
+use wharf_tests::{TestDir, WharfProcess, spawn_wharf, wait_for};
+
+/// What is done to the host or its connection to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL of the host mid-load; a new host starts at once.
+    Kill,
+    /// SIGTERM mid-load (graceful stop); a new host starts once it exited.
+    Terminate,
+    /// Every connection to the store closed at once (the host reconnects).
+    CloseConnections,
+    /// No traffic to the store for a while; connections stay open.
+    CutNetwork,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "SIGKILL of the host",
+            Fault::Terminate => "SIGTERM during load",
+            Fault::CloseConnections => "store connections killed",
+            Fault::CutNetwork => "network to the store cut",
+        }
+    }
+}
+
+fn messages() -> u64 {
+    std::env::var("WHARF_CHAOS_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+fn cut_for() -> Duration {
+    Duration::from_secs(
+        std::env::var("WHARF_CHAOS_CUT_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3),
+    )
+}
+
+/// How long a case may take to finish after its fault.
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// Whether `/readyz` of the host at `admin` answers 200.
+async fn ready(admin: &str) -> bool {
+    let url = format!("http://{admin}/readyz");
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(1)))
+            .build()
+            .into();
+        agent
+            .get(&url)
+            .call()
+            .is_ok_and(|r| r.status().as_u16() == 200)
+    })
+    .await
+    .unwrap_or(false)
+}
+
+/// The replies so far: how many runs each `n` had.
+async fn runs(setup: &Setup) -> BTreeMap<i64, u64> {
+    let mut out = BTreeMap::new();
+    for n in setup.replies().await {
+        *out.entry(n).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Run one case and report its row; panics when a message is lost or health stays red.
+async fn case(backend: Backend, fault: Fault) {
+    wharf_tests::init_logging();
+    let total = messages();
+    let dir = TestDir::new();
+    dir.deploy("work", "flaky");
+    let setup = Setup::new(backend, &dir).await;
+    let mut host = spawn_wharf(dir.dir.path());
+    wait_for(
+        Duration::from_secs(60),
+        "the host to become ready",
+        || async { ready(&setup.admin).await.then_some(()) },
+    )
+    .await;
+    setup.enqueue(&dir, total);
+
+    // The fault strikes a third of the way through.
+    wait_for(SETTLE, "a third of the messages to run", || async {
+        (runs(&setup).await.len() as u64 >= total / 3).then_some(())
+    })
+    .await;
+    let mut went_red = false;
+    match fault {
+        Fault::Kill => {
+            host.kill();
+            host = spawn_wharf(dir.dir.path());
+        }
+        Fault::Terminate => {
+            tokio::task::block_in_place(|| host.terminate());
+            host = spawn_wharf(dir.dir.path());
+        }
+        Fault::CloseConnections => setup.proxy().close_all(),
+        Fault::CutNetwork => {
+            setup.proxy().hold(true);
+            let until = Instant::now() + cut_for();
+            while Instant::now() < until {
+                went_red |= !ready(&setup.admin).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            setup.proxy().hold(false);
+        }
+    }
+    let healed = Instant::now();
+    let before: u64 = runs(&setup).await.values().sum();
+    wait_for(SETTLE, "processing to resume after the fault", || async {
+        (runs(&setup).await.values().sum::<u64>() > before).then_some(())
+    })
+    .await;
+    let recovered = healed.elapsed();
+    let done = wait_for(SETTLE, "every message to run and settle", || async {
+        let seen = runs(&setup).await;
+        (seen.len() as u64 == total && setup.settled(total).await).then_some(seen)
+    })
+    .await;
+    wait_for(SETTLE, "/readyz to be green again", || async {
+        ready(&setup.admin).await.then_some(())
+    })
+    .await;
+    drop::<WharfProcess>(host);
+
+    let lost = (0..total as i64).filter(|n| !done.contains_key(n)).count();
+    let duplicates: u64 = done.values().map(|runs| runs - 1).sum();
+    report(backend, fault, total, lost, duplicates, recovered, went_red);
+    assert_eq!(lost, 0, "messages lost");
+}
+
+/// Print the row, and append it to `WHARF_CHAOS_OUT` when set.
+fn report(
+    backend: Backend,
+    fault: Fault,
+    total: u64,
+    lost: usize,
+    duplicates: u64,
+    recovered: Duration,
+    went_red: bool,
+) {
+    let row = serde_json::json!({
+        "backend": backend.name(),
+        "fault": fault.name(),
+        "messages": total,
+        "lost": lost,
+        "duplicates": duplicates,
+        "recovered_ms": recovered.as_millis() as u64,
+        "health": if fault == Fault::CutNetwork {
+            if went_red { "red, then green" } else { "stayed green" }
+        } else {
+            "green at the end"
+        },
+    });
+    println!("chaos row: {row}");
+    if let Ok(path) = std::env::var("WHARF_CHAOS_OUT") {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("the chaos output file");
+        writeln!(file, "{row}").expect("writing a chaos row");
+    }
+}
+
+macro_rules! matrix {
+    ($($name:ident: $backend:expr, $fault:expr;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                case($backend, $fault).await;
+            }
+        )*
+    };
+}
+
+matrix! {
+    sqlite_kill: Backend::Sqlite, Fault::Kill;
+    sqlite_terminate: Backend::Sqlite, Fault::Terminate;
+    postgres_kill: Backend::Postgres, Fault::Kill;
+    postgres_terminate: Backend::Postgres, Fault::Terminate;
+    postgres_connections_killed: Backend::Postgres, Fault::CloseConnections;
+    postgres_network_cut: Backend::Postgres, Fault::CutNetwork;
+    redis_kill: Backend::Redis, Fault::Kill;
+    redis_terminate: Backend::Redis, Fault::Terminate;
+    redis_connections_killed: Backend::Redis, Fault::CloseConnections;
+    redis_network_cut: Backend::Redis, Fault::CutNetwork;
+}
