@@ -4,10 +4,14 @@
 use std::sync::Arc;
 
 use redis::AsyncCommands;
+use wharf_host::external::rabbitmq::{Names, RabbitSettings};
 use wharf_host::external::redis::Keys;
 use wharf_host::queue::{MessageFilter, QueueStore, Status};
 use wharf_tests::proxy::TcpProxy;
-use wharf_tests::{PgSchema, TestDir, database_url, redis_url, unique_prefix};
+use wharf_tests::{
+    PgSchema, TestDir, amqp_delete, amqp_url, database_url, rabbitmq_queue_counts, redis_url,
+    run_detached, unique_prefix,
+};
 
 /// Where the queue under test lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +19,7 @@ pub enum Backend {
     Sqlite,
     Postgres,
     Redis,
+    RabbitMq,
 }
 
 impl Backend {
@@ -23,6 +28,7 @@ impl Backend {
             Backend::Sqlite => "SQLite",
             Backend::Postgres => "PostgreSQL",
             Backend::Redis => "Redis",
+            Backend::RabbitMq => "RabbitMQ",
         }
     }
 }
@@ -36,14 +42,35 @@ pub struct Setup {
     store: Arc<dyn QueueStore>,
     proxy: Option<TcpProxy>,
     redis_keys: Option<Keys>,
+    rabbit: Option<Names>,
     _schema: Option<PgSchema>,
 }
 
-/// The queue under test: short leases so a crashed host's messages return quickly, and
-/// retries enough for every fault.
-const WORK: &str = "[queues.work]\nhandler = \"work\"\nlease = \"3s\"\ntimeout = \"2s\"\nbackoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 1000\n";
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some(names) = self.rabbit.take() {
+            run_detached(async move {
+                let queues = [names.processing, names.readiness];
+                amqp_delete(&amqp_url(), &queues, &[names.exchange]).await
+            });
+        }
+    }
+}
+
+/// The queue under test: short leases so a crashed host's messages return quickly, retries
+/// enough for every fault, and a pace (8 at a time, 10 ms each) that keeps the load running
+/// while the fault strikes.
+const WORK: &str = "[queues.work]\nhandler = \"work\"\nconcurrency = 8\nlease = \"3s\"\ntimeout = \"2s\"\nbackoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 1000\n";
 
 const REPLIES: &str = "[queues.replies]\nhandler = \"none\"\n";
+
+/// The `work` queue's keys for an external provider (and the provider's table), with
+/// reconciliation often enough to pick work up soon after a fault.
+fn external_queue(provider: &str) -> String {
+    format!(
+        "storage = \"external\"\nprovider = \"main\"\n\n{provider}\n[external]\nreconcile_interval = \"1s\"\n"
+    )
+}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -65,14 +92,10 @@ impl Setup {
     /// Write the case's `wharf.toml` for `backend` into `dir`.
     pub async fn new(backend: Backend, dir: &TestDir) -> Setup {
         let admin = format!("127.0.0.1:{}", free_port());
+        let sqlite = "url = \"sqlite://wharf.db\"".to_string();
+        let mut rabbit = None;
         let (storage, external, proxy, schema, redis_keys) = match backend {
-            Backend::Sqlite => (
-                "url = \"sqlite://wharf.db\"".to_string(),
-                String::new(),
-                None,
-                None,
-                None,
-            ),
+            Backend::Sqlite => (sqlite, String::new(), None, None, None),
             Backend::Postgres => {
                 let proxy = TcpProxy::start(port_of(&database_url())).await;
                 let schema = PgSchema::new();
@@ -89,12 +112,29 @@ impl Setup {
                 );
                 let keys = Keys::new(&prefix, "work");
                 (
-                    "url = \"sqlite://wharf.db\"".to_string(),
-                    format!("storage = \"external\"\nprovider = \"main\"\n\n{provider}"),
+                    sqlite,
+                    external_queue(&provider),
                     Some(proxy),
                     None,
                     Some(keys),
                 )
+            }
+            Backend::RabbitMq => {
+                let proxy = TcpProxy::start(port_of(&amqp_url())).await;
+                let prefix = unique_prefix("chaos").replace(':', ".");
+                let provider = format!(
+                    "[providers.main]\ntype = \"rabbitmq\"\nurl = \"amqp://guest:guest@127.0.0.1:{}/%2f\"\nexchange_prefix = \"{prefix}\"\nqueue_prefix = \"{prefix}\"\n",
+                    proxy.port()
+                );
+                rabbit = Some(
+                    RabbitSettings {
+                        exchange_prefix: prefix.clone(),
+                        queue_prefix: prefix,
+                        ..RabbitSettings::new(amqp_url())
+                    }
+                    .names("work"),
+                );
+                (sqlite, external_queue(&provider), Some(proxy), None, None)
             }
         };
         let text = format!(
@@ -112,6 +152,7 @@ impl Setup {
             store,
             proxy,
             redis_keys,
+            rabbit,
             _schema: schema,
         }
     }
@@ -124,7 +165,7 @@ impl Setup {
     /// Enqueue messages `0..total` into `work` with the CLI.
     pub fn enqueue(&self, dir: &TestDir, total: u64) {
         let lines: String = (0..total)
-            .map(|n| format!("{{\"n\":{n},\"reply_to\":\"replies\",\"sleep_ms\":5}}\n"))
+            .map(|n| format!("{{\"n\":{n},\"reply_to\":\"replies\",\"sleep_ms\":10}}\n"))
             .collect();
         std::fs::write(dir.path("work.jsonl"), lines).unwrap();
         let (ok, _, stderr) = dir.wharf(&["enqueue", "work", "--file", "work.jsonl"]);
@@ -166,6 +207,10 @@ impl Setup {
                 .find(|(s, _)| *s == status)
                 .map_or(0, |(_, n)| *n)
         };
+        if let Some(names) = &self.rabbit {
+            let left = rabbitmq_queue_counts(None, &names.processing).await;
+            return counts.iter().all(|(_, n)| *n == 0) && left == (0, 0);
+        }
         let sql_settled = match self.redis_keys {
             None => count(Status::Processed) == total,
             Some(_) => counts.iter().all(|(_, n)| *n == 0),

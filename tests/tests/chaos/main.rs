@@ -131,7 +131,8 @@ async fn case(backend: Backend, fault: Fault) {
     let healed = Instant::now();
     let before: u64 = runs(&setup).await.values().sum();
     wait_for(SETTLE, "processing to resume after the fault", || async {
-        (runs(&setup).await.values().sum::<u64>() > before).then_some(())
+        let seen = runs(&setup).await;
+        (seen.values().sum::<u64>() > before || seen.len() as u64 == total).then_some(())
     })
     .await;
     let recovered = healed.elapsed();
@@ -209,4 +210,8 @@ matrix! {
     redis_terminate: Backend::Redis, Fault::Terminate;
     redis_connections_killed: Backend::Redis, Fault::CloseConnections;
     redis_network_cut: Backend::Redis, Fault::CutNetwork;
+    rabbitmq_kill: Backend::RabbitMq, Fault::Kill;
+    rabbitmq_terminate: Backend::RabbitMq, Fault::Terminate;
+    rabbitmq_connections_killed: Backend::RabbitMq, Fault::CloseConnections;
+    rabbitmq_network_cut: Backend::RabbitMq, Fault::CutNetwork;
 }
