@@ -5,8 +5,8 @@
 //! The test broker reports wrong partition ends (its ListOffsets answer), so the end of a
 //! topic is found by reading it, never from watermarks.
 
+use crate::services::free_port;
 use std::collections::HashMap;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -211,13 +211,6 @@ pub fn tansu_binary() -> PathBuf {
 pub struct KafkaNode {
     proxy: TcpProxy,
     child: Child,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 impl KafkaNode {

@@ -4,17 +4,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wharf_tests::{TestDir, msg, wait_for};
+use wharf_tests::{TestDir, free_port, msg, wait_for};
 
 const T: Duration = Duration::from_secs(30);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn status(dir: &TestDir, json: bool) -> (bool, String, String) {
     if json {

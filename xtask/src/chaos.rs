@@ -20,17 +20,8 @@ pub fn run(messages: u64, cut_secs: u64) -> Result<()> {
     let out = tools::root().join("target/chaos/rows.jsonl");
     std::fs::create_dir_all(out.parent().expect("a folder"))?;
     let _ = std::fs::remove_file(&out);
-    let mut cmd = tools::cargo(&[
-        "nextest",
-        "run",
-        "--package",
-        "wharf-tests",
-        "--test",
-        "chaos",
-        "--test-threads",
-        "1",
-        "--no-fail-fast",
-    ]);
+    let mut cmd = tools::nextest_one("chaos");
+    cmd.args(["--test-threads", "1", "--no-fail-fast"]);
     cmd.env("WHARF_CHAOS_MESSAGES", messages.to_string())
         .env("WHARF_CHAOS_CUT_SECS", cut_secs.to_string())
         .env("WHARF_CHAOS_OUT", &out);

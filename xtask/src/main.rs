@@ -79,14 +79,7 @@ fn main() -> Result<()> {
         Task::Fuzz { cases } => {
             tools::ensure_nextest()?;
             services::ensure_postgres()?;
-            let mut cmd = tools::cargo(&[
-                "nextest",
-                "run",
-                "--package",
-                "wharf-tests",
-                "--test",
-                "properties",
-            ]);
+            let mut cmd = tools::nextest_one("properties");
             cmd.env("PROPTEST_CASES", cases.to_string());
             tools::run(cmd)
         }

@@ -20,6 +20,11 @@ pub fn cargo(args: &[&str]) -> Command {
     cmd
 }
 
+/// `cargo nextest run` of one test binary of the `wharf-tests` package.
+pub fn nextest_one(test: &str) -> Command {
+    cargo(&["nextest", "run", "--package", "wharf-tests", "--test", test])
+}
+
 /// Run a command, failing with its command line when it fails.
 pub fn run(mut cmd: Command) -> Result<()> {
     let line = format!("{cmd:?}");

@@ -9,8 +9,8 @@ use wharf_host::external::redis::Keys;
 use wharf_host::queue::{MessageFilter, QueueStore, Status};
 use wharf_tests::proxy::TcpProxy;
 use wharf_tests::{
-    PgSchema, TestDir, amqp_delete, amqp_url, database_url, rabbitmq_queue_counts, redis_url,
-    run_detached, unique_prefix,
+    PgSchema, TestDir, amqp_delete, amqp_url, database_url, free_port, rabbitmq_queue_counts,
+    redis_url, run_detached, unique_prefix,
 };
 
 /// Where the queue under test lives.
@@ -70,14 +70,6 @@ fn external_queue(provider: &str) -> String {
     format!(
         "storage = \"external\"\nprovider = \"main\"\n\n{provider}\n[external]\nreconcile_interval = \"1s\"\n"
     )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn port_of(url: &str) -> u16 {
