@@ -31,7 +31,12 @@ impl ExternalSource {
             // The raw body, kept as a JSON string so the SQL queue can hold it.
             None => serde_json::Value::String(body.clone()).to_string(),
         };
-        let id = envelope.and_then(|e| e.message_id.clone());
+        // No store keeps a NUL character in text (PostgreSQL refuses it): an id with one is
+        // left out (the error says why), and a raw body with one — never a valid envelope —
+        // is kept only as the payload, a JSON string with the character escaped.
+        let id = envelope
+            .and_then(|e| e.message_id.clone())
+            .filter(|id| !id.contains('\0'));
         let moved_as = status.as_ref().map_or("retry", |s| s.as_str()).to_string();
         let message = NewMessage {
             id: id.clone(),
@@ -42,7 +47,9 @@ impl ExternalSource {
                 let mut headers = vec![(MOVED_FROM_HEADER.to_string(), self.provider.clone())];
                 // The raw body, except for an envelope over `max_payload`: its payload is
                 // kept already, and twice would double what was too large.
-                if envelope.is_none() || body.len() as u64 <= self.config.max_payload.as_u64() {
+                if !body.contains('\0')
+                    && (envelope.is_none() || body.len() as u64 <= self.config.max_payload.as_u64())
+                {
                     headers.push(("wharf.envelope".to_string(), body));
                 }
                 headers
