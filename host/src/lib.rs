@@ -14,6 +14,7 @@ pub mod host;
 pub mod inbox;
 pub mod metrics;
 pub mod queue;
+pub mod redis_client;
 pub mod replay;
 pub mod runtime;
 pub mod schema_lock;

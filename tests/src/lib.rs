@@ -4,6 +4,7 @@
 pub mod kafka;
 pub mod proxy;
 pub mod rabbit_node;
+pub mod redis_nodes;
 mod services;
 
 pub use services::*;

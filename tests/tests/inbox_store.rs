@@ -1,4 +1,5 @@
-//! The `InboxStore` contract, run against every store: SQLite, PostgreSQL, Redis, memory.
+//! The `InboxStore` contract, run against every store: SQLite, PostgreSQL, Redis (one server
+//! and a three-master Redis Cluster), memory.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use wharf_host::inbox::{
     InboxKey, InboxStore, MemoryInbox, PostgresInbox, RedisInbox, SqliteInbox,
 };
 use wharf_host::queue::now_ms;
+use wharf_tests::redis_nodes::RedisCluster;
 use wharf_tests::{PgSchema, database_url, redis_url, unique_prefix};
 
 /// Long enough for every test; short enough that Redis forgets test keys soon.
@@ -48,6 +50,17 @@ async fn redis() -> Subject {
     Subject {
         store: Arc::new(store),
         _guard: Box::new(()),
+    }
+}
+
+async fn redis_cluster() -> Subject {
+    let cluster = tokio::task::block_in_place(|| RedisCluster::start(3));
+    let store = RedisInbox::open(&cluster.url(), &unique_prefix("inbox"))
+        .await
+        .unwrap();
+    Subject {
+        store: Arc::new(store),
+        _guard: Box::new(cluster),
     }
 }
 
@@ -93,7 +106,7 @@ macro_rules! conformance {
     };
 }
 
-conformance!(sqlite, postgres, redis, memory);
+conformance!(sqlite, postgres, redis, redis_cluster, memory);
 
 /// Stores that keep expired rows until purged (Redis expires keys by itself).
 macro_rules! purging {

@@ -41,7 +41,7 @@ impl Default for InboxSqlConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InboxRedisConfig {
-    /// `redis://host:port/db`.
+    /// `redis://host:port/db`, or `redis+cluster://host:port,host:port,…` for a cluster.
     pub url: String,
     /// Prefix of every inbox key.
     #[serde(default = "InboxRedisConfig::default_prefix")]

@@ -65,6 +65,18 @@ impl Config {
                 format!("`{table}` is not a plain table name (letters, digits, `_`)"),
             ));
         }
+        if let Some(redis) = &self.inbox.redis
+            && let Err(e) = crate::redis_client::RedisTarget::parse(&redis.url)
+        {
+            return Err(ConfigError::key(
+                file,
+                "inbox.redis.url",
+                format!(
+                    "`{}` is not a Redis URL (expected redis://host:port or redis+cluster://host:port,host:port,…): {e}",
+                    super::redacted_url(&redis.url)
+                ),
+            ));
+        }
         let total: u64 = self.queues.values().map(|q| u64::from(q.concurrency)).sum();
         if total > u64::from(self.host.max_instances) {
             return Err(ConfigError::key(

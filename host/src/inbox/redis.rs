@@ -4,22 +4,25 @@
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
+use std::time::Duration;
 
 use super::{InboxError, InboxKey, InboxStore};
+use crate::redis_client::{RedisConnection, RedisTarget};
 
-/// The Redis inbox store (reconnects by itself).
+/// The Redis inbox store, on one server or a cluster (reconnects by itself). Each record is
+/// one key, so every command touches one slot.
 #[derive(Clone)]
 pub struct RedisInbox {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     prefix: String,
 }
 
 impl RedisInbox {
-    /// Connect to `url`; keys start with `prefix`.
+    /// Connect to `url` (`redis+cluster://…` for a cluster); keys start with `prefix`.
     pub async fn open(url: &str, prefix: &str) -> Result<Self, InboxError> {
-        let client = redis::Client::open(url)?;
-        let conn = ConnectionManager::new(client).await?;
+        let conn = RedisTarget::parse(url)?
+            .connect(Duration::from_secs(5))
+            .await?;
         Ok(RedisInbox {
             conn,
             prefix: prefix.to_string(),

@@ -8,9 +8,10 @@ use wharf_host::external::rabbitmq::{Names, RabbitSettings};
 use wharf_host::external::redis::Keys;
 use wharf_host::queue::{MessageFilter, QueueStore, Status};
 use wharf_tests::proxy::TcpProxy;
+use wharf_tests::redis_nodes::{RedisCluster, RedisNode};
 use wharf_tests::{
     PgSchema, TestDir, amqp_delete, amqp_url, database_url, free_port, rabbitmq_queue_counts,
-    redis_url, run_detached, unique_prefix,
+    run_detached, unique_prefix,
 };
 
 /// Where the queue under test lives.
@@ -19,6 +20,7 @@ pub enum Backend {
     Sqlite,
     Postgres,
     Redis,
+    RedisCluster,
     RabbitMq,
 }
 
@@ -28,6 +30,7 @@ impl Backend {
             Backend::Sqlite => "SQLite",
             Backend::Postgres => "PostgreSQL",
             Backend::Redis => "Redis",
+            Backend::RedisCluster => "Redis Cluster",
             Backend::RabbitMq => "RabbitMQ",
         }
     }
@@ -41,7 +44,7 @@ pub struct Setup {
     /// directly, not through the proxy.
     store: Arc<dyn QueueStore>,
     proxy: Option<TcpProxy>,
-    redis_keys: Option<Keys>,
+    redis: Option<RedisUnderTest>,
     rabbit: Option<Names>,
     _schema: Option<PgSchema>,
 }
@@ -54,6 +57,24 @@ impl Drop for Setup {
                 amqp_delete(&amqp_url(), &queues, &[names.exchange]).await
             });
         }
+    }
+}
+
+/// The private Redis of a Redis case, and the keys of `work` in it.
+struct RedisUnderTest {
+    prefix: String,
+    keys: Keys,
+    url: String,
+    node: Option<RedisNode>,
+    cluster: Option<RedisCluster>,
+}
+
+impl RedisUnderTest {
+    fn provider(&self, url: &str) -> String {
+        let prefix = &self.prefix;
+        format!(
+            "[providers.main]\ntype = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"{prefix}\"\npromote_interval = \"100ms\"\n"
+        )
     }
 }
 
@@ -86,7 +107,7 @@ impl Setup {
         let admin = format!("127.0.0.1:{}", free_port());
         let sqlite = "url = \"sqlite://wharf.db\"".to_string();
         let mut rabbit = None;
-        let (storage, external, proxy, schema, redis_keys) = match backend {
+        let (storage, external, proxy, schema, redis) = match backend {
             Backend::Sqlite => (sqlite, String::new(), None, None, None),
             Backend::Postgres => {
                 let proxy = TcpProxy::start(port_of(&database_url())).await;
@@ -96,20 +117,32 @@ impl Setup {
                 (storage, String::new(), Some(proxy), Some(schema), None)
             }
             Backend::Redis => {
-                let proxy = TcpProxy::start(port_of(&redis_url())).await;
+                let node = RedisNode::standalone();
+                let proxy = TcpProxy::start(node.port).await;
                 let prefix = unique_prefix("chaos");
-                let provider = format!(
-                    "[providers.main]\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{}\"\nkey_prefix = \"{prefix}\"\npromote_interval = \"100ms\"\n",
-                    proxy.port()
-                );
-                let keys = Keys::new(&prefix, "work");
-                (
-                    sqlite,
-                    external_queue(&provider),
-                    Some(proxy),
-                    None,
-                    Some(keys),
-                )
+                let redis = RedisUnderTest {
+                    keys: Keys::new(&prefix, "work"),
+                    prefix,
+                    url: node.url(),
+                    node: Some(node),
+                    cluster: None,
+                };
+                let provider = redis.provider(&format!("redis://127.0.0.1:{}", proxy.port()));
+                let external = external_queue(&provider);
+                (sqlite, external, Some(proxy), None, Some(redis))
+            }
+            Backend::RedisCluster => {
+                let cluster = tokio::task::block_in_place(|| RedisCluster::start(3));
+                let prefix = unique_prefix("chaos");
+                let redis = RedisUnderTest {
+                    keys: Keys::new(&prefix, "work"),
+                    prefix,
+                    url: cluster.url(),
+                    node: None,
+                    cluster: Some(cluster),
+                };
+                let external = external_queue(&redis.provider(&redis.url));
+                (sqlite, external, None, None, Some(redis))
             }
             Backend::RabbitMq => {
                 let proxy = TcpProxy::start(port_of(&amqp_url())).await;
@@ -143,7 +176,7 @@ impl Setup {
             admin,
             store,
             proxy,
-            redis_keys,
+            redis,
             rabbit,
             _schema: schema,
         }
@@ -203,20 +236,52 @@ impl Setup {
             let left = rabbitmq_queue_counts(None, &names.processing).await;
             return counts.iter().all(|(_, n)| *n == 0) && left == (0, 0);
         }
-        let sql_settled = match self.redis_keys {
+        let sql_settled = match self.redis {
             None => count(Status::Processed) == total,
             Some(_) => counts.iter().all(|(_, n)| *n == 0),
         };
-        let Some(keys) = &self.redis_keys else {
+        let Some(redis) = &self.redis else {
             return sql_settled;
         };
-        let mut redis = redis::Client::open(redis_url())
+        let Ok(mut conn) = wharf_host::redis_client::RedisTarget::parse(&redis.url)
             .unwrap()
-            .get_multiplexed_async_connection()
+            .connect(std::time::Duration::from_secs(5))
             .await
-            .expect("Redis");
-        let ready: u64 = redis.zcard(&keys.ready).await.unwrap();
-        let leased: u64 = redis.zcard(&keys.leases).await.unwrap();
-        sql_settled && ready == 0 && leased == 0
+        else {
+            return false;
+        };
+        let ready: redis::RedisResult<u64> = conn.zcard(&redis.keys.ready).await;
+        let leased: redis::RedisResult<u64> = conn.zcard(&redis.keys.leases).await;
+        sql_settled && ready == Ok(0) && leased == Ok(0)
+    }
+
+    /// Stop the store (SIGKILL; for a cluster, the node serving `work`'s slot) for `down`,
+    /// calling `during` meanwhile, then start it again on its data.
+    pub async fn restart_store(
+        &mut self,
+        down: std::time::Duration,
+        mut during: impl AsyncFnMut(),
+    ) {
+        let redis = self
+            .redis
+            .as_mut()
+            .expect("a backend that can be restarted");
+        let node = match (&mut redis.node, &mut redis.cluster) {
+            (Some(node), _) => node,
+            (None, Some(cluster)) => {
+                let owner = cluster.owner_of(&redis.keys.ready);
+                &mut cluster.nodes[owner]
+            }
+            (None, None) => unreachable!("a Redis case has a node or a cluster"),
+        };
+        node.kill();
+        let until = std::time::Instant::now() + down;
+        while std::time::Instant::now() < until {
+            during().await;
+        }
+        node.start();
+        if let Some(cluster) = &redis.cluster {
+            tokio::task::block_in_place(|| cluster.wait_healthy());
+        }
     }
 }

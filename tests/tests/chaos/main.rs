@@ -27,6 +27,9 @@ enum Fault {
     CloseConnections,
     /// No traffic to the store for a while; connections stay open.
     CutNetwork,
+    /// The store killed (SIGKILL) and started again on its data after a while; on a
+    /// cluster, the node serving the queue.
+    RestartStore,
 }
 
 impl Fault {
@@ -36,6 +39,7 @@ impl Fault {
             Fault::Terminate => "SIGTERM during load",
             Fault::CloseConnections => "store connections killed",
             Fault::CutNetwork => "network to the store cut",
+            Fault::RestartStore => "store restarted",
         }
     }
 }
@@ -92,7 +96,7 @@ async fn case(backend: Backend, fault: Fault) {
     let total = messages();
     let dir = TestDir::new();
     dir.deploy("work", "flaky");
-    let setup = Setup::new(backend, &dir).await;
+    let mut setup = Setup::new(backend, &dir).await;
     let mut host = spawn_wharf(dir.dir.path());
     wait_for(
         Duration::from_secs(60),
@@ -126,6 +130,15 @@ async fn case(backend: Backend, fault: Fault) {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             setup.proxy().hold(false);
+        }
+        Fault::RestartStore => {
+            let admin = setup.admin.clone();
+            setup
+                .restart_store(cut_for(), async || {
+                    went_red |= !ready(&admin).await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                })
+                .await;
         }
     }
     let healed = Instant::now();
@@ -170,7 +183,7 @@ fn report(
         "lost": lost,
         "duplicates": duplicates,
         "recovered_ms": recovered.as_millis() as u64,
-        "health": if fault == Fault::CutNetwork {
+        "health": if matches!(fault, Fault::CutNetwork | Fault::RestartStore) {
             if went_red { "red, then green" } else { "stayed green" }
         } else {
             "green at the end"
@@ -210,6 +223,10 @@ matrix! {
     redis_terminate: Backend::Redis, Fault::Terminate;
     redis_connections_killed: Backend::Redis, Fault::CloseConnections;
     redis_network_cut: Backend::Redis, Fault::CutNetwork;
+    redis_store_restarted: Backend::Redis, Fault::RestartStore;
+    redis_cluster_kill: Backend::RedisCluster, Fault::Kill;
+    redis_cluster_terminate: Backend::RedisCluster, Fault::Terminate;
+    redis_cluster_node_restarted: Backend::RedisCluster, Fault::RestartStore;
     rabbitmq_kill: Backend::RabbitMq, Fault::Kill;
     rabbitmq_terminate: Backend::RabbitMq, Fault::Terminate;
     rabbitmq_connections_killed: Backend::RabbitMq, Fault::CloseConnections;

@@ -1,7 +1,8 @@
 //! The provider conformance suite: every provider-agnostic behaviour of external pending
 //! storage, written once against a [`Harness`] and run against every provider on its real
-//! broker (Redis, RabbitMQ, Kafka, and Service Bus against its contract server). Cases that
-//! depend on a capability ask the provider's [`Capabilities`] first.
+//! broker (Redis on one server and on a three-master Redis Cluster, RabbitMQ, Kafka, and
+//! Service Bus against its contract server). Cases that depend on a capability ask the
+//! provider's [`Capabilities`] first.
 
 mod cases;
 mod kafka;
@@ -103,6 +104,7 @@ macro_rules! conformance {
 }
 
 conformance!(on_redis, crate::redis::RedisHarness);
+conformance!(on_redis_cluster, crate::redis::RedisClusterHarness);
 conformance!(on_rabbitmq, crate::rabbitmq::RabbitHarness);
 conformance!(on_kafka, crate::kafka::KafkaHarness);
 conformance!(on_servicebus, crate::servicebus::ServiceBusHarness);

@@ -1,56 +1,84 @@
-//! The Redis harness: a key prefix of its own on the shared server, or a private
-//! `redis-server` (append-only file, so a restart keeps the data) for restarts.
+//! The Redis harnesses: a key prefix of its own on the shared server, or a private
+//! `redis-server` (append-only file, so a restart keeps the data) for restarts; and a private
+//! three-master Redis Cluster, where a direct producer runs the documented script with
+//! `redis-cli -c` (following the slot's redirect like any cluster client).
 
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use wharf_host::external::redis::{DIRECT_PRODUCER, Keys};
+use wharf_tests::redis_nodes::{RedisCluster, RedisNode};
 use wharf_tests::{redis_url, unique_prefix, wait_for};
 
 use crate::Harness;
 
-pub struct RedisHarness {
-    url: String,
-    prefix: String,
-    server: Option<PrivateRedis>,
+/// Which Redis a harness runs on.
+enum Backing {
+    Shared,
+    Node(RedisNode),
+    Cluster(RedisCluster),
 }
 
-impl RedisHarness {
-    async fn conn(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
+/// A Redis provider on one server, or (`CLUSTER`) on a Redis Cluster of its own.
+pub struct RedisHarness<const CLUSTER: bool = false> {
+    url: String,
+    prefix: String,
+    backing: Backing,
+}
+
+/// A Redis provider on a private three-master Redis Cluster.
+pub type RedisClusterHarness = RedisHarness<true>;
+
+impl<const CLUSTER: bool> RedisHarness<CLUSTER> {
+    async fn conn(&self) -> impl ConnectionLike + Send {
+        wharf_host::redis_client::RedisTarget::parse(&self.url)
             .unwrap()
-            .get_multiplexed_async_connection()
+            .connect(Duration::from_secs(5))
             .await
             .unwrap()
     }
-}
 
-impl Harness for RedisHarness {
-    async fn shared() -> Self {
+    fn on(backing: Backing) -> Self {
+        let url = match &backing {
+            Backing::Shared => redis_url(),
+            Backing::Node(node) => node.url(),
+            Backing::Cluster(cluster) => cluster.url(),
+        };
         RedisHarness {
-            url: redis_url(),
+            url,
             prefix: unique_prefix("conformance"),
-            server: None,
+            backing,
         }
     }
 
-    async fn private() -> Self {
-        let server = PrivateRedis::start();
-        let url = server.url();
-        let h = RedisHarness {
-            url,
-            prefix: unique_prefix("conformance"),
-            server: Some(server),
-        };
-        wait_for(
-            Duration::from_secs(10),
-            "the private Redis to answer",
-            || async {
-                let client = redis::Client::open(h.url.as_str()).ok()?;
-                client.get_multiplexed_async_connection().await.ok()
-            },
-        )
+    /// Wait until a client gets answers.
+    async fn answering(self) -> Self {
+        wait_for(Duration::from_secs(10), "Redis to answer", || async {
+            let target = wharf_host::redis_client::RedisTarget::parse(&self.url).ok()?;
+            let mut conn = target.connect(Duration::from_secs(1)).await.ok()?;
+            let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+            pong.ok()
+        })
         .await;
-        h
+        self
+    }
+}
+
+impl<const CLUSTER: bool> Harness for RedisHarness<CLUSTER> {
+    async fn shared() -> Self {
+        if CLUSTER {
+            return Self::private().await;
+        }
+        RedisHarness::on(Backing::Shared)
+    }
+
+    async fn private() -> Self {
+        let backing = if CLUSTER {
+            Backing::Cluster(tokio::task::block_in_place(|| RedisCluster::start(3)))
+        } else {
+            Backing::Node(RedisNode::standalone())
+        };
+        RedisHarness::on(backing).answering().await
     }
 
     fn section(&self) -> String {
@@ -62,6 +90,34 @@ impl Harness for RedisHarness {
 
     async fn produce_direct(&self, queue: &str, body: &[u8]) {
         let keys = Keys::new(&self.prefix, queue);
+        if let Backing::Cluster(cluster) = &self.backing
+            && !body.contains(&0)
+        {
+            // The documented script as a cluster client runs it: `EVAL` with both keys,
+            // sent to any node and redirected to the one serving their slot.
+            use std::os::unix::ffi::OsStrExt;
+            let out = std::process::Command::new("redis-cli")
+                .args(["-c", "-p", &cluster.nodes[0].port.to_string()])
+                .args([
+                    "EVAL",
+                    DIRECT_PRODUCER,
+                    "2",
+                    &keys.ready,
+                    &keys.readiness,
+                    "0",
+                ])
+                .arg(std::ffi::OsStr::from_bytes(body))
+                .arg(queue)
+                .output()
+                .expect("redis-cli runs");
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && said.trim() == "1",
+                "redis-cli EVAL: {said}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
         let done: i64 = redis::Script::new(DIRECT_PRODUCER)
             .key(&keys.ready)
             .key(&keys.readiness)
@@ -117,79 +173,21 @@ impl Harness for RedisHarness {
     }
 
     async fn stop(&mut self) {
-        self.server.as_mut().expect("a private server").kill();
+        match &mut self.backing {
+            Backing::Node(node) => node.kill(),
+            Backing::Cluster(cluster) => cluster.nodes.iter_mut().for_each(RedisNode::kill),
+            Backing::Shared => panic!("the shared server is not stopped"),
+        }
     }
 
     async fn start(&mut self) {
-        self.server.as_mut().expect("a private server").spawn();
-    }
-}
-
-/// A `redis-server` of its own on a free port, with an append-only file.
-struct PrivateRedis {
-    port: u16,
-    dir: tempfile::TempDir,
-    child: Option<std::process::Child>,
-}
-
-impl PrivateRedis {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut server = PrivateRedis {
-            port,
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
-        };
-        server.spawn();
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn spawn(&mut self) {
-        let child = std::process::Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-            ])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-        let addr: std::net::SocketAddr = format!("127.0.0.1:{}", self.port).parse().unwrap();
-        let started = std::time::Instant::now();
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "redis-server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        match &mut self.backing {
+            Backing::Node(node) => node.start(),
+            Backing::Cluster(cluster) => {
+                cluster.nodes.iter_mut().for_each(RedisNode::start);
+                tokio::task::block_in_place(|| cluster.wait_healthy());
+            }
+            Backing::Shared => panic!("the shared server is not started"),
         }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

@@ -48,6 +48,7 @@ use super::{
 };
 use crate::config::duration;
 use crate::queue::{EnqueueStatus, now_ms};
+use crate::redis_client::RedisTarget;
 
 const KIND: &str = "redis";
 
@@ -55,7 +56,8 @@ const KIND: &str = "redis";
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisSettings {
-    /// Connection URL, e.g. `redis://127.0.0.1:6379`.
+    /// Connection URL, e.g. `redis://127.0.0.1:6379`, or
+    /// `redis+cluster://host:port,host:port,…` for a Redis Cluster.
     pub url: String,
     /// Prefix of every key (the queue name follows inside a `{hash tag}`).
     #[serde(default = "RedisSettings::default_prefix")]
@@ -125,11 +127,11 @@ impl ProviderKind for RedisKind {
 
     fn check(&self, settings: &toml::Table) -> Result<Capabilities, SettingsError> {
         let settings: RedisSettings = parse_settings(settings)?;
-        redis::Client::open(settings.url.as_str()).map_err(|e| {
+        RedisTarget::parse(&settings.url).map_err(|e| {
             SettingsError::new(
                 "url",
                 format!(
-                    "`{}` is not a Redis URL (expected redis://host:port, rediss://… or unix://…): {e}",
+                    "`{}` is not a Redis URL (expected redis://host:port, rediss://…, unix://… or redis+cluster://host:port,host:port,… for a cluster): {e}",
                     crate::config::redacted_url(&settings.url)
                 ),
             )
@@ -238,9 +240,9 @@ pub struct RedisProvider {
 impl RedisProvider {
     /// A provider for `settings`; it connects on first use.
     pub async fn open(settings: RedisSettings) -> Result<Self, ProviderError> {
-        redis::Client::open(settings.url.as_str()).map_err(error)?;
+        let target = RedisTarget::parse(&settings.url).map_err(error)?;
         Ok(RedisProvider {
-            conn: Lazy::new(&settings.url, Duration::from_secs(5)),
+            conn: Lazy::new(target, Duration::from_secs(5)),
             settings,
             enqueue: Script::new(scripts::ENQUEUE),
         })

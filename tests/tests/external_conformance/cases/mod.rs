@@ -366,7 +366,15 @@ pub async fn a_poison_message_ends_failed_after_max_attempts<H: Harness>() {
     // Runs 1 and 2 take the message (attempts 1 and 2) and crash while it runs.
     for run in 1..=2 {
         let mut child = spawn_wharf(dir.dir.path());
-        wait_for(T, &format!("run {run} to take the message"), || async {
+        // The handler itself says it began this attempt (a broker's view of "taken" can come
+        // before the host fetched it, as with a Kafka group member that just joined).
+        let began = format!("spinning on attempt {run}");
+        wait_for(T, &format!("run {run} to begin attempt {run}"), || async {
+            let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
+            log.contains(&began).then_some(())
+        })
+        .await;
+        wait_for(T, &format!("run {run} to hold the message"), || async {
             (h.in_flight("stuck").await == 1).then_some(())
         })
         .await;
