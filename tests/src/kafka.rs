@@ -242,6 +242,11 @@ impl KafkaNode {
         format!("127.0.0.1:{}", self.proxy.port())
     }
 
+    /// The proxy clients reach the broker through.
+    pub fn proxy(&self) -> &TcpProxy {
+        &self.proxy
+    }
+
     /// Cut every connection and refuse new ones (the broker is gone for its clients).
     pub fn stop(&mut self) {
         self.proxy.stop();

@@ -39,7 +39,7 @@ impl Fault {
             Fault::Terminate => "SIGTERM during load",
             Fault::CloseConnections => "store connections killed",
             Fault::CutNetwork => "network to the store cut",
-            Fault::RestartStore => "store restarted",
+            Fault::RestartStore => "broker restarted",
         }
     }
 }
@@ -231,4 +231,13 @@ matrix! {
     rabbitmq_terminate: Backend::RabbitMq, Fault::Terminate;
     rabbitmq_connections_killed: Backend::RabbitMq, Fault::CloseConnections;
     rabbitmq_network_cut: Backend::RabbitMq, Fault::CutNetwork;
+    rabbitmq_broker_restarted: Backend::RabbitMq, Fault::RestartStore;
+    kafka_kill: Backend::Kafka, Fault::Kill;
+    kafka_terminate: Backend::Kafka, Fault::Terminate;
+    kafka_connections_killed: Backend::Kafka, Fault::CloseConnections;
+    kafka_network_cut: Backend::Kafka, Fault::CutNetwork;
+    servicebus_kill: Backend::ServiceBus, Fault::Kill;
+    servicebus_terminate: Backend::ServiceBus, Fault::Terminate;
+    servicebus_connections_killed: Backend::ServiceBus, Fault::CloseConnections;
+    servicebus_network_cut: Backend::ServiceBus, Fault::CutNetwork;
 }

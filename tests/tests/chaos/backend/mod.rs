@@ -1,0 +1,176 @@
+//! The backends of the fault matrix: where the queue under test keeps its messages, the proxy
+//! the host reaches it through, and how a case reads the replies and sees the queue settled.
+//! The SQL backends are here; the brokers (each on a private instance the case may restart
+//! or cut off) are in [`brokers`].
+
+mod brokers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use brokers::Broker;
+use wharf_host::queue::{MessageFilter, QueueStore, Status};
+use wharf_tests::proxy::TcpProxy;
+use wharf_tests::{PgSchema, TestDir, database_url, free_port};
+
+/// Where the queue under test lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    Redis,
+    RedisCluster,
+    RabbitMq,
+    Kafka,
+    ServiceBus,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+            Backend::Redis => "Redis",
+            Backend::RedisCluster => "Redis Cluster",
+            Backend::RabbitMq => "RabbitMQ",
+            Backend::Kafka => "Kafka (tansu)",
+            Backend::ServiceBus => "Service Bus (contract server)",
+        }
+    }
+}
+
+/// One case's backend, configured in its directory.
+pub struct Setup {
+    /// The host's admin address (`/readyz`).
+    pub admin: String,
+    /// The SQL store of the `replies` queue (and of `work` on a SQL backend), reached
+    /// directly, not through the proxy.
+    store: Arc<dyn QueueStore>,
+    proxy: Option<TcpProxy>,
+    broker: Option<Broker>,
+    _schema: Option<PgSchema>,
+}
+
+/// The queue under test: short leases so a crashed host's messages return quickly, retries
+/// enough for every fault, and a pace (8 at a time, 10 ms each) that keeps the load running
+/// while the fault strikes.
+const WORK: &str = "[queues.work]\nhandler = \"work\"\nconcurrency = 8\nlease = \"3s\"\ntimeout = \"2s\"\nbackoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 1000\n";
+
+const REPLIES: &str = "[queues.replies]\nhandler = \"none\"\n";
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|tail| tail.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"))
+}
+
+impl Setup {
+    /// Write the case's `wharf.toml` for `backend` into `dir`.
+    pub async fn new(backend: Backend, dir: &TestDir) -> Setup {
+        let admin = format!("127.0.0.1:{}", free_port());
+        let mut storage = "url = \"sqlite://wharf.db\"".to_string();
+        let (mut proxy, mut schema, mut broker, mut external) = (None, None, None, String::new());
+        match backend {
+            Backend::Sqlite => {}
+            Backend::Postgres => {
+                let through = TcpProxy::start(port_of(&database_url())).await;
+                let pg = PgSchema::new();
+                let url = format!("postgres://postgres@127.0.0.1:{}/test", through.port());
+                storage = format!("url = \"{url}\"\nschema = \"{}\"", pg.name);
+                (proxy, schema) = (Some(through), Some(pg));
+            }
+            _ => {
+                let (b, provider, through) = Broker::start(backend).await;
+                // Reconciliation often enough to pick work up soon after a fault.
+                external = format!(
+                    "storage = \"external\"\nprovider = \"main\"\n\n[providers.main]\n{provider}\n[external]\nreconcile_interval = \"1s\"\n"
+                );
+                (broker, proxy) = (Some(b), through);
+            }
+        }
+        let text = format!(
+            "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{WORK}{external}\n{REPLIES}"
+        );
+        std::fs::write(dir.path("wharf.toml"), text).unwrap();
+        let store = match &schema {
+            Some(schema) => wharf_host::queue::open(&database_url(), Some(&schema.name), 2)
+                .await
+                .expect("the case's PostgreSQL schema"),
+            None => dir.sqlite_store().await,
+        };
+        Setup {
+            admin,
+            store,
+            proxy,
+            broker,
+            _schema: schema,
+        }
+    }
+
+    /// The proxy in front of the store (SQL backends other than SQLite, and brokers).
+    pub fn proxy(&self) -> &TcpProxy {
+        self.proxy
+            .as_ref()
+            .or_else(|| self.broker.as_ref().and_then(Broker::own_proxy))
+            .expect("this backend has no proxy")
+    }
+
+    /// Enqueue messages `0..total` into `work` with the CLI.
+    pub fn enqueue(&self, dir: &TestDir, total: u64) {
+        let lines: String = (0..total)
+            .map(|n| format!("{{\"n\":{n},\"reply_to\":\"replies\",\"sleep_ms\":10}}\n"))
+            .collect();
+        std::fs::write(dir.path("work.jsonl"), lines).unwrap();
+        let (ok, _, stderr) = dir.wharf(&["enqueue", "work", "--file", "work.jsonl"]);
+        assert!(ok, "enqueueing the load failed: {stderr}");
+    }
+
+    /// Every `n` a run echoed so far (one entry per run).
+    pub async fn replies(&self) -> Vec<i64> {
+        let mut out = Vec::new();
+        let mut before = None;
+        loop {
+            let page = self
+                .store
+                .list(&MessageFilter {
+                    queue: Some("replies".into()),
+                    limit: 1000,
+                    before_key: before,
+                    ..Default::default()
+                })
+                .await
+                .expect("listing the replies");
+            let Some(last) = page.last() else {
+                return out;
+            };
+            before = Some(last.key);
+            out.extend(page.iter().map(|m| {
+                let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+                v["seen"]["n"].as_i64().expect("the echoed n")
+            }));
+        }
+    }
+
+    /// Whether nothing of `work` is left pending, leased or failed.
+    pub async fn settled(&self, total: u64) -> bool {
+        let counts = self.store.counts("work").await.expect("counting `work`");
+        match &self.broker {
+            // Messages that needed inspection would be in SQL; the rest must be gone from
+            // the broker.
+            Some(broker) => counts.iter().all(|(_, n)| *n == 0) && broker.drained().await,
+            None => counts
+                .iter()
+                .find(|(s, _)| *s == Status::Processed)
+                .is_some_and(|(_, n)| *n == total),
+        }
+    }
+
+    /// Stop the broker (SIGKILL; for a cluster, the node serving `work`'s slot) for `down`,
+    /// calling `during` meanwhile, then start it again on its data.
+    pub async fn restart_store(&mut self, down: Duration, during: impl AsyncFnMut()) {
+        let broker = self.broker.as_mut().expect("a broker");
+        broker.restart(down, during).await;
+    }
+}
