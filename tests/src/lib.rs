@@ -2,6 +2,7 @@
 //! file, handler fixtures deployed from the real guest builds, and polling helpers.
 
 pub mod kafka;
+pub mod pg_node;
 pub mod proxy;
 pub mod rabbit_node;
 pub mod redis_nodes;

@@ -16,6 +16,8 @@ pub fn run(messages: u64, cut_secs: u64) -> Result<()> {
     tools::ensure_nextest()?;
     services::ensure_postgres()?;
     services::ensure_redis()?;
+    services::ensure_rabbitmq()?;
+    services::ensure_kafka()?;
     tools::build_guests()?;
     let out = tools::root().join("target/chaos/rows.jsonl");
     std::fs::create_dir_all(out.parent().expect("a folder"))?;
@@ -43,7 +45,7 @@ fn table(path: &Path, messages: u64, cut_secs: u64) -> Result<String> {
         .context("a chaos row is not JSON")?;
     rows.sort_by_key(|r| (r["backend"].to_string(), r["fault"].to_string()));
     let mut out = format!(
-        "{messages} messages per case, network cuts of {cut_secs} s (`cargo xtask chaos`):\n\n\
+        "{messages} messages per case, network cuts and store crashes of {cut_secs} s (`cargo xtask chaos`):\n\n\
          | backend | fault | lost | duplicate runs | processing resumed after | /readyz |\n\
          |---|---|---|---|---|---|\n"
     );

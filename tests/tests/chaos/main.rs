@@ -27,8 +27,8 @@ enum Fault {
     CloseConnections,
     /// No traffic to the store for a while; connections stay open.
     CutNetwork,
-    /// The store killed (SIGKILL) and started again on its data after a while; on a
-    /// cluster, the node serving the queue.
+    /// The store crashed (PostgreSQL: immediate shutdown; a broker: SIGKILL; on a cluster,
+    /// the node serving the queue) and started again on its data after a while.
     RestartStore,
 }
 
@@ -39,7 +39,7 @@ impl Fault {
             Fault::Terminate => "SIGTERM during load",
             Fault::CloseConnections => "store connections killed",
             Fault::CutNetwork => "network to the store cut",
-            Fault::RestartStore => "broker restarted",
+            Fault::RestartStore => "store crashed and restarted",
         }
     }
 }
@@ -219,6 +219,7 @@ matrix! {
     postgres_terminate: Backend::Postgres, Fault::Terminate;
     postgres_connections_killed: Backend::Postgres, Fault::CloseConnections;
     postgres_network_cut: Backend::Postgres, Fault::CutNetwork;
+    postgres_restarted: Backend::Postgres, Fault::RestartStore;
     redis_kill: Backend::Redis, Fault::Kill;
     redis_terminate: Backend::Redis, Fault::Terminate;
     redis_connections_killed: Backend::Redis, Fault::CloseConnections;

@@ -1,7 +1,7 @@
 //! The backends of the fault matrix: where the queue under test keeps its messages, the proxy
 //! the host reaches it through, and how a case reads the replies and sees the queue settled.
-//! The SQL backends are here; the brokers (each on a private instance the case may restart
-//! or cut off) are in [`brokers`].
+//! The SQL backends are here (PostgreSQL on a private server the case may crash and
+//! restart); the brokers (each on a private instance of the case's own) are in [`brokers`].
 
 mod brokers;
 
@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use brokers::Broker;
 use wharf_host::queue::{MessageFilter, QueueStore, Status};
+use wharf_tests::pg_node::PgNode;
 use wharf_tests::proxy::TcpProxy;
-use wharf_tests::{PgSchema, TestDir, database_url, free_port};
+use wharf_tests::{TestDir, free_port};
 
 /// Where the queue under test lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +49,7 @@ pub struct Setup {
     store: Arc<dyn QueueStore>,
     proxy: Option<TcpProxy>,
     broker: Option<Broker>,
-    _schema: Option<PgSchema>,
+    postgres: Option<PgNode>,
 }
 
 /// The queue under test: short leases so a crashed host's messages return quickly, retries
@@ -58,28 +59,20 @@ const WORK: &str = "[queues.work]\nhandler = \"work\"\nconcurrency = 8\nlease = 
 
 const REPLIES: &str = "[queues.replies]\nhandler = \"none\"\n";
 
-fn port_of(url: &str) -> u16 {
-    url.rsplit(':')
-        .next()
-        .and_then(|tail| tail.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {url}"))
-}
-
 impl Setup {
     /// Write the case's `wharf.toml` for `backend` into `dir`.
     pub async fn new(backend: Backend, dir: &TestDir) -> Setup {
         let admin = format!("127.0.0.1:{}", free_port());
         let mut storage = "url = \"sqlite://wharf.db\"".to_string();
-        let (mut proxy, mut schema, mut broker, mut external) = (None, None, None, String::new());
+        let (mut proxy, mut postgres, mut broker, mut external) = (None, None, None, String::new());
         match backend {
             Backend::Sqlite => {}
             Backend::Postgres => {
-                let through = TcpProxy::start(port_of(&database_url())).await;
-                let pg = PgSchema::new();
-                let url = format!("postgres://postgres@127.0.0.1:{}/test", through.port());
-                storage = format!("url = \"{url}\"\nschema = \"{}\"", pg.name);
-                (proxy, schema) = (Some(through), Some(pg));
+                let node = tokio::task::block_in_place(PgNode::start);
+                let through = TcpProxy::start(node.port()).await;
+                let url = format!("postgres://postgres@127.0.0.1:{}/postgres", through.port());
+                storage = format!("url = \"{url}\"");
+                (proxy, postgres) = (Some(through), Some(node));
             }
             _ => {
                 let (b, provider, through) = Broker::start(backend).await;
@@ -94,10 +87,10 @@ impl Setup {
             "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{WORK}{external}\n{REPLIES}"
         );
         std::fs::write(dir.path("wharf.toml"), text).unwrap();
-        let store = match &schema {
-            Some(schema) => wharf_host::queue::open(&database_url(), Some(&schema.name), 2)
+        let store = match &postgres {
+            Some(node) => wharf_host::queue::open(&node.url(), None, 2)
                 .await
-                .expect("the case's PostgreSQL schema"),
+                .expect("the case's PostgreSQL"),
             None => dir.sqlite_store().await,
         };
         Setup {
@@ -105,7 +98,7 @@ impl Setup {
             store,
             proxy,
             broker,
-            _schema: schema,
+            postgres,
         }
     }
 
@@ -167,10 +160,19 @@ impl Setup {
         }
     }
 
-    /// Stop the broker (SIGKILL; for a cluster, the node serving `work`'s slot) for `down`,
-    /// calling `during` meanwhile, then start it again on its data.
-    pub async fn restart_store(&mut self, down: Duration, during: impl AsyncFnMut()) {
-        let broker = self.broker.as_mut().expect("a broker");
-        broker.restart(down, during).await;
+    /// Crash the store — an immediate shutdown of PostgreSQL, a SIGKILL of a broker (for a
+    /// cluster, of the node serving `work`'s slot) — call `during` for `down`, then start it
+    /// again on its data.
+    pub async fn restart_store(&mut self, down: Duration, mut during: impl AsyncFnMut()) {
+        let Some(node) = &self.postgres else {
+            let broker = self.broker.as_mut().expect("a store that can be restarted");
+            return broker.restart(down, during).await;
+        };
+        tokio::task::block_in_place(|| node.crash());
+        let until = std::time::Instant::now() + down;
+        while std::time::Instant::now() < until {
+            during().await;
+        }
+        tokio::task::block_in_place(|| node.start_again());
     }
 }
