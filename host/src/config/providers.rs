@@ -169,6 +169,16 @@ mod tests {
                 "TLS",
             ),
             (
+                "type = \"rabbitmq\"\nurl = \"amqp://h\"\nheartbeat = \"1500ms\"",
+                "providers.p.heartbeat",
+                "whole seconds",
+            ),
+            (
+                "type = \"redis\"\nurl = \"redis+cluster://h:1,,h:2\"",
+                "providers.p.url",
+                "not a Redis URL",
+            ),
+            (
                 "type = \"rabbitmq\"\nurl = \"amqp://h\"\nqueue_type = \"quorum\"\nmax_priority = 5",
                 "providers.p.max_priority",
                 "quorum queues have no priorities",

@@ -1,5 +1,5 @@
-//! RabbitMQ faults: a lost processing connection, a broker restart mid-load, `wharf run`
-//! killed mid-load.
+//! RabbitMQ faults: a lost processing connection, a silent network cut, a broker restart
+//! mid-load, `wharf run` killed mid-load.
 
 use super::*;
 
@@ -65,6 +65,54 @@ async fn a_lost_processing_connection_turns_health_red_and_reconnects_while_idle
     })
     .await;
     watcher.abort();
+    wait_for(T, "the health check to be green again", || async {
+        readiness(&host, "rmq").await.then_some(())
+    })
+    .await;
+    let body = Envelope::new(json!({"reply_to": "replies", "n": 1}).to_string(), None, 0);
+    amqp_publish(
+        &amqp_url(),
+        &names(&prefix, "export_order").exchange,
+        "",
+        body.to_json().as_bytes(),
+    )
+    .await;
+    wait_for(T, "the reply", || async {
+        (seen(&host).await.get(&1) == Some(&1)).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}
+
+/// A silent network cut (connections stay open, nothing gets through) is noticed by the AMQP
+/// heartbeat: health turns red once the broker has been silent for twice the heartbeat (the
+/// broker's own 60 s would take two minutes), and green again once traffic flows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_network_cut_turns_health_red_through_the_heartbeat() {
+    let scope = Scope::new();
+    let prefix = scope.prefix.clone();
+    let broker: lapin::uri::AMQPUri = amqp_url().parse().unwrap();
+    let proxy = wharf_tests::proxy::TcpProxy::start(broker.authority.port).await;
+    let url = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port());
+    let config = config(&url, &prefix, "").replace(
+        "type = \"rabbitmq\"\n",
+        "type = \"rabbitmq\"\nheartbeat = \"1s\"\n",
+    );
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&config).await;
+    wait_for(T, "the provider to be ready", || async {
+        readiness(&host, "rmq").await.then_some(())
+    })
+    .await;
+    proxy.hold(true);
+    wait_for(
+        Duration::from_secs(20),
+        "the health check to turn red",
+        || async { (!readiness(&host, "rmq").await).then_some(()) },
+    )
+    .await;
+    proxy.hold(false);
     wait_for(T, "the health check to be green again", || async {
         readiness(&host, "rmq").await.then_some(())
     })

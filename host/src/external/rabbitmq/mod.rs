@@ -147,7 +147,7 @@ impl RabbitProvider {
     /// first use, so a broker that is down at start-up does not stop the host.
     pub async fn open(name: &str, settings: RabbitSettings) -> Result<Self, ProviderError> {
         let link = Link {
-            url: settings.url.clone(),
+            url: settings.connection_url(),
             name: format!("wharf {name} publisher"),
             open: Mutex::new(None),
             declared: std::sync::Mutex::new(std::collections::HashSet::new()),

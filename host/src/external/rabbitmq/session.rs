@@ -127,7 +127,7 @@ impl Subscriber {
     ) -> Self {
         Subscriber {
             declare: (settings.clone(), declare),
-            url: settings.url.clone(),
+            url: settings.connection_url(),
             name,
             queues,
             prefetch,

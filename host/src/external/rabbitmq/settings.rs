@@ -2,11 +2,13 @@
 //! the broker names they give each queue, and what a provider with them can do.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 
 use super::{KIND, RabbitProvider};
+use crate::config::duration;
 use crate::external::registry::{ProviderKind, SettingsError, parse_settings};
 use crate::external::{Capabilities, CountKind, ErrorKind, Provider, ProviderError};
 
@@ -45,6 +47,14 @@ pub struct RabbitSettings {
     /// `x-max-priority` of classic processing queues (1–255); unset: no priorities.
     #[serde(default)]
     pub max_priority: Option<u8>,
+    /// The AMQP heartbeat (whole seconds): a connection that hears nothing from the broker
+    /// for twice this long is dropped and reopened, so a silent network cut turns health red.
+    /// A `heartbeat=` in the URL wins.
+    #[serde(
+        default = "RabbitSettings::default_heartbeat",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub heartbeat: Duration,
 }
 
 impl RabbitSettings {
@@ -58,6 +68,26 @@ impl RabbitSettings {
             prefetch: None,
             queue_type: QueueType::Classic,
             max_priority: None,
+            heartbeat: Self::default_heartbeat(),
+        }
+    }
+    fn default_heartbeat() -> Duration {
+        Duration::from_secs(5)
+    }
+
+    /// The URL connections are opened with: `url`, with `heartbeat=` added when it has none.
+    pub fn connection_url(&self) -> String {
+        let (base, query) = match self.url.split_once('?') {
+            Some((base, query)) => (base, query),
+            None => (self.url.as_str(), ""),
+        };
+        if query.split('&').any(|pair| pair.starts_with("heartbeat=")) {
+            return self.url.clone();
+        }
+        let heartbeat = format!("heartbeat={}", self.heartbeat.as_secs());
+        match query {
+            "" => format!("{base}?{heartbeat}"),
+            query => format!("{base}?{query}&{heartbeat}"),
         }
     }
     fn default_prefix() -> String {
@@ -133,6 +163,14 @@ impl ProviderKind for RabbitMqKind {
                 ),
             )
         })?;
+        if settings.heartbeat.subsec_nanos() != 0
+            || !(1..=u64::from(u16::MAX)).contains(&settings.heartbeat.as_secs())
+        {
+            return Err(SettingsError::new(
+                "heartbeat",
+                "must be whole seconds, from 1s to 65535s",
+            ));
+        }
         if settings.prefetch == Some(0) {
             return Err(SettingsError::new("prefetch", "must be at least 1"));
         }
@@ -165,5 +203,24 @@ impl ProviderKind for RabbitMqKind {
         let settings: RabbitSettings = parse_settings(settings)
             .map_err(|e| ProviderError::new(KIND, ErrorKind::Protocol, e.reason))?;
         Ok(Arc::new(RabbitProvider::open(name, settings).await?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_heartbeat_joins_the_url_unless_it_names_one() {
+        let mut s = RabbitSettings::new("amqp://h:5672/%2f");
+        assert_eq!(s.connection_url(), "amqp://h:5672/%2f?heartbeat=5");
+        s.url = "amqp://h/%2f?frame_max=8192".into();
+        s.heartbeat = Duration::from_secs(3);
+        assert_eq!(
+            s.connection_url(),
+            "amqp://h/%2f?frame_max=8192&heartbeat=3"
+        );
+        s.url = "amqp://h/%2f?heartbeat=30".into();
+        assert_eq!(s.connection_url(), "amqp://h/%2f?heartbeat=30");
     }
 }
