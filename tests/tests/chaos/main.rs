@@ -121,7 +121,7 @@ async fn case(backend: Backend, fault: Fault) {
             tokio::task::block_in_place(|| host.terminate());
             host = spawn_wharf(dir.dir.path());
         }
-        Fault::CloseConnections => setup.proxy().close_all(),
+        Fault::CloseConnections => setup.close_connections(),
         Fault::CutNetwork => {
             setup.proxy().hold(true);
             let until = Instant::now() + cut_for();
@@ -227,6 +227,7 @@ matrix! {
     redis_store_restarted: Backend::Redis, Fault::RestartStore;
     redis_cluster_kill: Backend::RedisCluster, Fault::Kill;
     redis_cluster_terminate: Backend::RedisCluster, Fault::Terminate;
+    redis_cluster_connections_killed: Backend::RedisCluster, Fault::CloseConnections;
     redis_cluster_node_restarted: Backend::RedisCluster, Fault::RestartStore;
     rabbitmq_kill: Backend::RabbitMq, Fault::Kill;
     rabbitmq_terminate: Backend::RabbitMq, Fault::Terminate;

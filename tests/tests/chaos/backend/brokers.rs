@@ -147,6 +147,28 @@ impl Broker {
         }
     }
 
+    /// Close every client connection the broker holds (a cluster: on every node), without
+    /// a proxy.
+    pub fn kill_clients(&self) {
+        let Broker::Redis {
+            cluster: Some(cluster),
+            ..
+        } = self
+        else {
+            panic!("only a Redis Cluster is reached without a proxy");
+        };
+        let mut killed = 0;
+        for node in &cluster.nodes {
+            // `SKIPME yes` (the default) spares the connection that asks.
+            let said = node.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
+            killed += said
+                .trim()
+                .parse::<u64>()
+                .expect("a count of killed clients");
+        }
+        assert!(killed > 0, "the host had no connection to kill");
+    }
+
     /// Whether nothing of `work` is left in the broker (ready, leased or unacknowledged).
     pub async fn drained(&self) -> bool {
         match self {

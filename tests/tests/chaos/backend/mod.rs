@@ -110,6 +110,16 @@ impl Setup {
             .expect("this backend has no proxy")
     }
 
+    /// Close every connection of the host to the store at once: at the proxy, or (a
+    /// cluster, reached without one) by `CLIENT KILL` on every node.
+    pub fn close_connections(&self) {
+        match (&self.proxy, &self.broker) {
+            (Some(proxy), _) => proxy.close_all(),
+            (None, Some(broker)) => broker.kill_clients(),
+            (None, None) => panic!("this backend has no connections to close"),
+        }
+    }
+
     /// Enqueue messages `0..total` into `work` with the CLI.
     pub fn enqueue(&self, dir: &TestDir, total: u64) {
         let lines: String = (0..total)
