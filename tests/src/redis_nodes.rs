@@ -1,12 +1,15 @@
 //! Private Redis servers for tests that stop and start them: one server ([`RedisNode`]) or
 //! a Redis Cluster of several masters ([`RedisCluster`]), each node on free ports with an
-//! append-only file synced on every write, so a restart keeps every acknowledged write.
+//! append-only file synced on every write, so a restart keeps every acknowledged write. A
+//! cluster can sit behind proxies the test controls: each node announces its proxy's port,
+//! so cluster clients (and redirects) only ever reach the nodes through them.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::free_port;
+use crate::proxy::TcpProxy;
 
 /// One `redis-server` of its own.
 pub struct RedisNode {
@@ -14,6 +17,8 @@ pub struct RedisNode {
     pub port: u16,
     /// Its cluster bus port, when it is a cluster node.
     bus_port: Option<u16>,
+    /// The client port it announces to the cluster (its proxy's), when not its own.
+    announced: Option<u16>,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -21,13 +26,14 @@ pub struct RedisNode {
 impl RedisNode {
     /// A standalone server, started.
     pub fn standalone() -> RedisNode {
-        Self::new(None)
+        Self::new(free_port(), None, None)
     }
 
-    fn new(bus_port: Option<u16>) -> RedisNode {
+    fn new(port: u16, bus_port: Option<u16>, announced: Option<u16>) -> RedisNode {
         let mut node = RedisNode {
-            port: free_port(),
+            port,
             bus_port,
+            announced,
             dir: tempfile::tempdir().unwrap(),
             child: None,
         };
@@ -70,6 +76,11 @@ impl RedisNode {
             ])
             .args(["--cluster-config-file", "nodes.conf"])
             .args(["--cluster-node-timeout", "2000"]);
+            if let Some(announced) = self.announced {
+                cmd.args(["--cluster-announce-ip", "127.0.0.1"])
+                    .args(["--cluster-announce-port", &announced.to_string()])
+                    .args(["--cluster-announce-bus-port", &bus.to_string()]);
+            }
         }
         self.child = Some(cmd.spawn().expect("redis-server starts (is it installed?)"));
         let addr: std::net::SocketAddr = self.addr().parse().unwrap();
@@ -129,14 +140,37 @@ impl Drop for RedisNode {
 pub struct RedisCluster {
     /// The nodes, in creation order.
     pub nodes: Vec<RedisNode>,
+    /// The proxy in front of each node (same order), when behind proxies.
+    pub proxies: Vec<TcpProxy>,
 }
 
 impl RedisCluster {
     /// Start `masters` nodes (at least 3) and join them into one cluster; returns once every
     /// node reports the cluster healthy.
     pub fn start(masters: usize) -> RedisCluster {
-        let nodes: Vec<RedisNode> = (0..masters)
-            .map(|_| RedisNode::new(Some(free_port())))
+        let ports = (0..masters).map(|_| free_port()).collect();
+        Self::create(ports, Vec::new())
+    }
+
+    /// [`RedisCluster::start`], each node behind a proxy of its own that it announces as
+    /// its address.
+    pub async fn start_behind_proxies(masters: usize) -> RedisCluster {
+        let ports: Vec<u16> = (0..masters).map(|_| free_port()).collect();
+        let mut proxies = Vec::new();
+        for port in &ports {
+            proxies.push(TcpProxy::start(*port).await);
+        }
+        tokio::task::block_in_place(|| Self::create(ports, proxies))
+    }
+
+    fn create(ports: Vec<u16>, proxies: Vec<TcpProxy>) -> RedisCluster {
+        let nodes: Vec<RedisNode> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let announced = proxies.get(i).map(TcpProxy::port);
+                RedisNode::new(*port, Some(free_port()), announced)
+            })
             .collect();
         let addrs: Vec<String> = nodes.iter().map(RedisNode::addr).collect();
         let out = Command::new("redis-cli")
@@ -151,14 +185,18 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, proxies };
         cluster.wait_healthy();
         cluster
     }
 
-    /// The `redis+cluster://` URL listing every node.
+    /// The `redis+cluster://` URL listing every node (its proxy, when behind proxies).
     pub fn url(&self) -> String {
-        let addrs: Vec<String> = self.nodes.iter().map(RedisNode::addr).collect();
+        let ports: Vec<u16> = match self.proxies.is_empty() {
+            true => self.nodes.iter().map(|n| n.port).collect(),
+            false => self.proxies.iter().map(TcpProxy::port).collect(),
+        };
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         format!("redis+cluster://{}", addrs.join(","))
     }
 
@@ -211,11 +249,9 @@ impl RedisCluster {
                 }
             });
             if serves {
-                return self
-                    .nodes
-                    .iter()
-                    .position(|n| n.port == port)
-                    .expect("a node of this cluster");
+                let by_node = self.nodes.iter().position(|n| n.port == port);
+                let by_proxy = self.proxies.iter().position(|p| p.port() == port);
+                return by_node.or(by_proxy).expect("a node of this cluster");
             }
         }
         panic!("no node serves slot {slot} of {key}");

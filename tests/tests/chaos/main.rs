@@ -123,13 +123,13 @@ async fn case(backend: Backend, fault: Fault) {
         }
         Fault::CloseConnections => setup.close_connections(),
         Fault::CutNetwork => {
-            setup.proxy().hold(true);
+            setup.hold(true);
             let until = Instant::now() + cut_for();
             while Instant::now() < until {
                 went_red |= !ready(&setup.admin).await;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            setup.proxy().hold(false);
+            setup.hold(false);
         }
         Fault::RestartStore => {
             let admin = setup.admin.clone();
@@ -228,6 +228,7 @@ matrix! {
     redis_cluster_kill: Backend::RedisCluster, Fault::Kill;
     redis_cluster_terminate: Backend::RedisCluster, Fault::Terminate;
     redis_cluster_connections_killed: Backend::RedisCluster, Fault::CloseConnections;
+    redis_cluster_network_cut: Backend::RedisCluster, Fault::CutNetwork;
     redis_cluster_node_restarted: Backend::RedisCluster, Fault::RestartStore;
     rabbitmq_kill: Backend::RabbitMq, Fault::Kill;
     rabbitmq_terminate: Backend::RabbitMq, Fault::Terminate;

@@ -1,8 +1,8 @@
 //! The brokers of the fault matrix, each a private instance of the case's own: a
 //! `redis-server` or a three-master Redis Cluster (append-only, so a restart keeps every
 //! acknowledged write), a RabbitMQ node, a tansu Kafka broker (in memory: it is cut off, never
-//! restarted), and the Service Bus contract server. Where a proxy fits (one address to reach)
-//! the host goes through it.
+//! restarted), and the Service Bus contract server. The host reaches every one through
+//! proxies the case controls.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ pub enum Broker {
 impl Broker {
     /// Start the broker of `backend`; returns it, the body of `[providers.main]` and the
     /// proxy the host reaches it through (unless the broker keeps its own, see
-    /// [`Broker::own_proxy`], or there is no single address to proxy).
+    /// [`Broker::own_proxies`]).
     pub async fn start(backend: Backend) -> (Broker, String, Option<TcpProxy>) {
         let prefix = unique_prefix("chaos");
         let redis = |url: &str| {
@@ -74,9 +74,8 @@ impl Broker {
                 (broker, provider, Some(proxy))
             }
             Backend::RedisCluster => {
-                // Nodes announce their own addresses: a cluster client cannot go through one
-                // proxy.
-                let cluster = tokio::task::block_in_place(|| RedisCluster::start(3));
+                // Each node announces its proxy: the host reaches every node through one.
+                let cluster = RedisCluster::start_behind_proxies(3).await;
                 let provider = redis(&cluster.url());
                 let broker = Broker::Redis {
                     keys: Keys::new(&prefix, "work"),
@@ -139,34 +138,17 @@ impl Broker {
         }
     }
 
-    /// The proxy a broker keeps in front of itself (Kafka's advertises the proxy's address).
-    pub fn own_proxy(&self) -> Option<&TcpProxy> {
+    /// The proxies a broker keeps in front of itself, announced as its addresses (Kafka's
+    /// one, a cluster's one per node).
+    pub fn own_proxies(&self) -> Vec<&TcpProxy> {
         match self {
-            Broker::Kafka { node, .. } => Some(node.proxy()),
-            _ => None,
+            Broker::Kafka { node, .. } => vec![node.proxy()],
+            Broker::Redis {
+                cluster: Some(cluster),
+                ..
+            } => cluster.proxies.iter().collect(),
+            _ => Vec::new(),
         }
-    }
-
-    /// Close every client connection the broker holds (a cluster: on every node), without
-    /// a proxy.
-    pub fn kill_clients(&self) {
-        let Broker::Redis {
-            cluster: Some(cluster),
-            ..
-        } = self
-        else {
-            panic!("only a Redis Cluster is reached without a proxy");
-        };
-        let mut killed = 0;
-        for node in &cluster.nodes {
-            // `SKIPME yes` (the default) spares the connection that asks.
-            let said = node.cli(&["CLIENT", "KILL", "TYPE", "normal"]);
-            killed += said
-                .trim()
-                .parse::<u64>()
-                .expect("a count of killed clients");
-        }
-        assert!(killed > 0, "the host had no connection to kill");
     }
 
     /// Whether nothing of `work` is left in the broker (ready, leased or unacknowledged).

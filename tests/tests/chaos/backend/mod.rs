@@ -102,22 +102,22 @@ impl Setup {
         }
     }
 
-    /// The proxy in front of the store (SQL backends other than SQLite, and brokers).
-    pub fn proxy(&self) -> &TcpProxy {
-        self.proxy
-            .as_ref()
-            .or_else(|| self.broker.as_ref().and_then(Broker::own_proxy))
-            .expect("this backend has no proxy")
+    /// The proxies in front of the store (every backend but SQLite).
+    fn proxies(&self) -> Vec<&TcpProxy> {
+        let own = self.broker.iter().flat_map(Broker::own_proxies);
+        let proxies: Vec<&TcpProxy> = self.proxy.iter().chain(own).collect();
+        assert!(!proxies.is_empty(), "this backend has no proxy");
+        proxies
     }
 
-    /// Close every connection of the host to the store at once: at the proxy, or (a
-    /// cluster, reached without one) by `CLIENT KILL` on every node.
+    /// Close every connection of the host to the store at once.
     pub fn close_connections(&self) {
-        match (&self.proxy, &self.broker) {
-            (Some(proxy), _) => proxy.close_all(),
-            (None, Some(broker)) => broker.kill_clients(),
-            (None, None) => panic!("this backend has no connections to close"),
-        }
+        self.proxies().into_iter().for_each(TcpProxy::close_all);
+    }
+
+    /// Hold (or let through again) all traffic to the store; connections stay open.
+    pub fn hold(&self, held: bool) {
+        self.proxies().into_iter().for_each(|p| p.hold(held));
     }
 
     /// Enqueue messages `0..total` into `work` with the CLI.
