@@ -45,7 +45,7 @@ fn table(path: &Path, messages: u64, cut_secs: u64) -> Result<String> {
         .context("a chaos row is not JSON")?;
     rows.sort_by_key(|r| (r["backend"].to_string(), r["fault"].to_string()));
     let mut out = format!(
-        "{messages} messages per case, network cuts and store crashes of {cut_secs} s (`cargo xtask chaos`):\n\n\
+        "{messages} messages per case, network cuts, store crashes and broker outages of {cut_secs} s (`cargo xtask chaos`):\n\n\
          | backend | fault | lost | duplicate runs | processing resumed after | /readyz |\n\
          |---|---|---|---|---|---|\n"
     );

@@ -30,6 +30,9 @@ enum Fault {
     /// The store crashed (PostgreSQL: immediate shutdown; a broker: SIGKILL; on a cluster,
     /// the node serving the queue) and started again on its data after a while.
     RestartStore,
+    /// The broker gone for a while — connections cut, new ones refused — and back with its
+    /// data (for brokers that keep their data in memory and cannot be restarted).
+    BrokerDown,
 }
 
 impl Fault {
@@ -40,6 +43,7 @@ impl Fault {
             Fault::CloseConnections => "store connections killed",
             Fault::CutNetwork => "network to the store cut",
             Fault::RestartStore => "store crashed and restarted",
+            Fault::BrokerDown => "broker down (connections refused)",
         }
     }
 }
@@ -122,14 +126,15 @@ async fn case(backend: Backend, fault: Fault) {
             host = spawn_wharf(dir.dir.path());
         }
         Fault::CloseConnections => setup.close_connections(),
-        Fault::CutNetwork => {
-            setup.hold(true);
+        Fault::CutNetwork | Fault::BrokerDown => {
+            let cut = fault == Fault::CutNetwork;
+            setup.cut_off(cut, true);
             let until = Instant::now() + cut_for();
             while Instant::now() < until {
                 went_red |= !ready(&setup.admin).await;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            setup.hold(false);
+            setup.cut_off(cut, false);
         }
         Fault::RestartStore => {
             let admin = setup.admin.clone();
@@ -183,7 +188,7 @@ fn report(
         "lost": lost,
         "duplicates": duplicates,
         "recovered_ms": recovered.as_millis() as u64,
-        "health": if matches!(fault, Fault::CutNetwork | Fault::RestartStore) {
+        "health": if matches!(fault, Fault::CutNetwork | Fault::RestartStore | Fault::BrokerDown) {
             if went_red { "red, then green" } else { "stayed green" }
         } else {
             "green at the end"
@@ -239,8 +244,10 @@ matrix! {
     kafka_terminate: Backend::Kafka, Fault::Terminate;
     kafka_connections_killed: Backend::Kafka, Fault::CloseConnections;
     kafka_network_cut: Backend::Kafka, Fault::CutNetwork;
+    kafka_broker_down: Backend::Kafka, Fault::BrokerDown;
     servicebus_kill: Backend::ServiceBus, Fault::Kill;
     servicebus_terminate: Backend::ServiceBus, Fault::Terminate;
     servicebus_connections_killed: Backend::ServiceBus, Fault::CloseConnections;
     servicebus_network_cut: Backend::ServiceBus, Fault::CutNetwork;
+    servicebus_broker_down: Backend::ServiceBus, Fault::BrokerDown;
 }

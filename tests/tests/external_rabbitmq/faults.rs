@@ -18,6 +18,23 @@ async fn connections_named(name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Publish one message (`n` = 1) to `export_order` on the shared broker and wait for its
+/// single reply: the host processes again.
+async fn publish_one_and_see_it_processed(host: &RunningHost, prefix: &str) {
+    let body = Envelope::new(json!({"reply_to": "replies", "n": 1}).to_string(), None, 0);
+    amqp_publish(
+        &amqp_url(),
+        &names(prefix, "export_order").exchange,
+        "",
+        body.to_json().as_bytes(),
+    )
+    .await;
+    wait_for(T, "the reply", || async {
+        (seen(host).await.get(&1) == Some(&1)).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_processing_connection_turns_health_red_and_reconnects_while_idle() {
     let scope = Scope::new();
@@ -69,18 +86,7 @@ async fn a_lost_processing_connection_turns_health_red_and_reconnects_while_idle
         readiness(&host, "rmq").await.then_some(())
     })
     .await;
-    let body = Envelope::new(json!({"reply_to": "replies", "n": 1}).to_string(), None, 0);
-    amqp_publish(
-        &amqp_url(),
-        &names(&prefix, "export_order").exchange,
-        "",
-        body.to_json().as_bytes(),
-    )
-    .await;
-    wait_for(T, "the reply", || async {
-        (seen(&host).await.get(&1) == Some(&1)).then_some(())
-    })
-    .await;
+    publish_one_and_see_it_processed(&host, &prefix).await;
     host.shutdown().await;
 }
 
@@ -117,18 +123,7 @@ async fn a_silent_network_cut_turns_health_red_through_the_heartbeat() {
         readiness(&host, "rmq").await.then_some(())
     })
     .await;
-    let body = Envelope::new(json!({"reply_to": "replies", "n": 1}).to_string(), None, 0);
-    amqp_publish(
-        &amqp_url(),
-        &names(&prefix, "export_order").exchange,
-        "",
-        body.to_json().as_bytes(),
-    )
-    .await;
-    wait_for(T, "the reply", || async {
-        (seen(&host).await.get(&1) == Some(&1)).then_some(())
-    })
-    .await;
+    publish_one_and_see_it_processed(&host, &prefix).await;
     host.shutdown().await;
 }
 

@@ -115,9 +115,17 @@ impl Setup {
         self.proxies().into_iter().for_each(TcpProxy::close_all);
     }
 
-    /// Hold (or let through again) all traffic to the store; connections stay open.
-    pub fn hold(&self, held: bool) {
-        self.proxies().into_iter().for_each(|p| p.hold(held));
+    /// Cut the store off (`on`), or let the host reach it again: with `silently`, traffic is
+    /// held and connections stay open (a network cut); otherwise connections are cut and new
+    /// ones refused (the store is gone).
+    pub fn cut_off(&self, silently: bool, on: bool) {
+        for proxy in self.proxies() {
+            match (silently, on) {
+                (true, held) => proxy.hold(held),
+                (false, true) => proxy.stop(),
+                (false, false) => proxy.start_again(),
+            }
+        }
     }
 
     /// Enqueue messages `0..total` into `work` with the CLI.
