@@ -108,13 +108,6 @@ pub enum RedisConnection {
     Cluster(Box<ClusterConnection>),
 }
 
-impl RedisConnection {
-    /// Whether this is a cluster connection.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self, RedisConnection::Cluster(_))
-    }
-}
-
 impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

@@ -4,7 +4,6 @@
 //! cluster can sit behind proxies the test controls: each node announces its proxy's port,
 //! so cluster clients (and redirects) only ever reach the nodes through them.
 
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -105,11 +104,6 @@ impl RedisNode {
     /// Whether it runs.
     pub fn running(&self) -> bool {
         self.child.is_some()
-    }
-
-    /// Its data directory.
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
     }
 
     /// `redis-cli -p PORT ARGS…` (with `-c`, following cluster redirects): its stdout, or a
