@@ -1,7 +1,8 @@
 //! What is particular to the Kafka provider, on the real broker (`KAFKA_BROKERS`): the
 //! committed offsets of both groups read back from the broker (processing commits wait for
 //! the slowest unsettled offset, readiness commits leave processing offsets alone), a direct
-//! producer keying by MessageId, and two hosts sharing the processing group — partitions
+//! producer keying by MessageId, a silent network cut turning health red through the broker
+//! probe, and two hosts sharing the processing group — partitions
 //! split between them, one SIGKILLed mid-load, nothing lost. The behaviour every provider
 //! shares is in the conformance suite (`external_conformance`).
 
@@ -368,5 +369,54 @@ async fn enqueued_messages_are_keyed_by_their_message_id() {
         );
         assert!(headers.contains_key("kafka-partition") && headers.contains_key("kafka-offset"));
     }
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_network_cut_turns_health_red_through_the_broker_probe() {
+    let node = wharf_tests::kafka::KafkaNode::start().await;
+    let mut s = settings(1);
+    s.brokers = node.brokers();
+    let text = config(&s, "").replace("[external]\n", "[external]\nprobe_interval = \"500ms\"\n");
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&text).await;
+    let readiness = || async {
+        let (_, checks) = host.health.report().await;
+        let check = &checks["external_queue_readiness_kafka"];
+        (check.healthy, check.detail.clone())
+    };
+    wait_for(T, "the provider to be ready", || async {
+        readiness().await.0.then_some(())
+    })
+    .await;
+    // Traffic held, connections open: librdkafka's own socket timeout is a minute.
+    node.proxy().hold(true);
+    let detail = wait_for(
+        Duration::from_secs(10),
+        "the health check to turn red",
+        || async {
+            let (healthy, detail) = readiness().await;
+            (!healthy).then_some(detail)
+        },
+    )
+    .await;
+    assert!(detail.contains("broker probe"), "{detail}");
+    node.proxy().hold(false);
+    wait_for(T, "the health check to be green again", || async {
+        readiness().await.0.then_some(())
+    })
+    .await;
+    host.router
+        .enqueue(
+            "export_order",
+            wharf_tests::msg(json!({"reply_to": "replies", "n": 7})),
+        )
+        .await
+        .unwrap();
+    wait_for(T, "the message to be processed after the cut", || async {
+        done(&host).await.contains(&7).then_some(())
+    })
+    .await;
     host.shutdown().await;
 }

@@ -2,8 +2,8 @@
 //! can reach Azure; the end-to-end test against a real namespace runs when
 //! `WHARF_TEST_SERVICEBUS_CONNECTION` is set): lock renewal for a handler slower than the
 //! lock, a lock lost early (the settlement is refused, the redelivery is skipped by the
-//! inbox), a wrong SAS key and a missing subscription on the health check, and broker and
-//! custom properties reaching the guest.
+//! inbox), a wrong SAS key, a missing subscription and a silent network cut on the health
+//! check, and broker and custom properties reaching the guest.
 //! The behaviour every provider shares is in the conformance suite (`external_conformance`).
 
 use std::time::Duration;
@@ -232,6 +232,46 @@ async fn a_wrong_key_turns_health_red_until_the_key_is_accepted() {
         .unwrap();
     wait_for(T, "the reply", || async {
         (replies(&host).await == vec![2]).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_network_cut_turns_health_red_through_the_broker_probe() {
+    let server = server().await;
+    let proxy = wharf_tests::proxy::TcpProxy::start(server.port()).await;
+    let endpoint = format!("http://127.0.0.1:{}", proxy.port());
+    let text = config(&endpoint, KEY, "", "")
+        .replace("[external]\n", "[external]\nprobe_interval = \"500ms\"\n");
+    let (_dir, host) = start(&text).await;
+    wait_for(T, "the provider to be ready", || async {
+        readiness(&host).await.0.then_some(())
+    })
+    .await;
+    // Traffic held, connections open: a receive allows 30 s beyond its wait.
+    proxy.hold(true);
+    let detail = wait_for(
+        Duration::from_secs(10),
+        "the health check to turn red",
+        || async {
+            let (healthy, detail) = readiness(&host).await;
+            (!healthy).then_some(detail)
+        },
+    )
+    .await;
+    assert!(detail.contains("broker probe"), "{detail}");
+    proxy.hold(false);
+    wait_for(T, "the health check to be green again", || async {
+        readiness(&host).await.0.then_some(())
+    })
+    .await;
+    host.router
+        .enqueue("export_order", msg(json!({"reply_to": "replies", "n": 7})))
+        .await
+        .unwrap();
+    wait_for(T, "the message to be processed after the cut", || async {
+        (replies(&host).await == vec![7]).then_some(())
     })
     .await;
     host.shutdown().await;

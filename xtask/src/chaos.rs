@@ -10,9 +10,9 @@ use crate::{services, tools};
 const START: &str = "<!-- chaos-table:start -->";
 const END: &str = "<!-- chaos-table:end -->";
 
-/// Run every case with `messages` messages and `cut_secs`-second network cuts, then write
-/// the table.
-pub fn run(messages: u64, cut_secs: u64) -> Result<()> {
+/// Run every case (or those whose names contain one of `cases`) with `messages` messages and
+/// `cut_secs`-second network cuts, then write the table (or replace those cases' rows in it).
+pub fn run(messages: u64, cut_secs: u64, cases: &[String]) -> Result<()> {
     tools::ensure_nextest()?;
     services::ensure_postgres()?;
     services::ensure_redis()?;
@@ -24,30 +24,89 @@ pub fn run(messages: u64, cut_secs: u64) -> Result<()> {
     let _ = std::fs::remove_file(&out);
     let mut cmd = tools::nextest_one("chaos");
     cmd.args(["--test-threads", "1", "--no-fail-fast"]);
+    cmd.args(cases);
     cmd.env("WHARF_CHAOS_MESSAGES", messages.to_string())
         .env("WHARF_CHAOS_CUT_SECS", cut_secs.to_string())
         .env("WHARF_CHAOS_OUT", &out);
     let outcome = tools::run(cmd);
-    let table = table(&out, messages, cut_secs)?;
+    let readme = tools::root().join("README.md");
+    let mut rows = read_rows(&out)?;
+    if !cases.is_empty() {
+        rows = merged(&current_table(&readme)?, rows, &heading(messages, cut_secs))?;
+    }
+    let table = table(rows, messages, cut_secs);
     println!("{table}");
-    write_readme(&tools::root().join("README.md"), &table)?;
+    write_readme(&readme, &table)?;
     outcome
 }
 
-/// The Markdown table of the rows in `path`, sorted by backend and fault.
-fn table(path: &Path, messages: u64, cut_secs: u64) -> Result<String> {
+/// The rows a run wrote into `path`.
+fn read_rows(path: &Path) -> Result<Vec<serde_json::Value>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut rows: Vec<serde_json::Value> = text
-        .lines()
+    text.lines()
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()
-        .context("a chaos row is not JSON")?;
+        .context("a chaos row is not JSON")
+}
+
+/// The text between the README's markers.
+fn current_table(readme: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(readme)?;
+    let (Some(start), Some(end)) = (text.find(START), text.find(END)) else {
+        bail!("{} has no {START} … {END} markers", readme.display());
+    };
+    Ok(text[start + START.len()..end].to_string())
+}
+
+/// The README table's rows, as rows, with `fresh` in place of those of the same backend and
+/// fault. The table must have been made with the same settings (its first line is `heading`).
+fn merged(
+    current: &str,
+    fresh: Vec<serde_json::Value>,
+    heading: &str,
+) -> Result<Vec<serde_json::Value>> {
+    if current.trim_start().lines().next() != Some(heading) {
+        bail!(
+            "the README's fault table was made with other settings than `--messages`/`--cut-secs` \
+             given now: run every case to rewrite it"
+        );
+    }
+    let mut rows: Vec<serde_json::Value> = current
+        .lines()
+        .filter(|line| line.starts_with("| ") && !line.starts_with("| backend"))
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            serde_json::json!({
+                "backend": cells[0],
+                "fault": cells[1],
+                "lost": cells[2].parse::<u64>().unwrap_or(0),
+                "duplicates": cells[3].parse::<u64>().unwrap_or(0),
+                "recovered_ms": cells[4].trim_end_matches(" ms").parse::<u64>().unwrap_or(0),
+                "health": cells[5],
+            })
+        })
+        .collect();
+    let key = |r: &serde_json::Value| (r["backend"].to_string(), r["fault"].to_string());
+    rows.retain(|old| !fresh.iter().any(|new| key(new) == key(old)));
+    rows.extend(fresh);
+    Ok(rows)
+}
+
+fn heading(messages: u64, cut_secs: u64) -> String {
+    format!(
+        "{messages} messages per case, network cuts, store crashes and broker outages of {cut_secs} s (`cargo xtask chaos`):"
+    )
+}
+
+/// The Markdown table of `rows`, sorted by backend and fault.
+fn table(mut rows: Vec<serde_json::Value>, messages: u64, cut_secs: u64) -> String {
     rows.sort_by_key(|r| (r["backend"].to_string(), r["fault"].to_string()));
     let mut out = format!(
-        "{messages} messages per case, network cuts, store crashes and broker outages of {cut_secs} s (`cargo xtask chaos`):\n\n\
+        "{}\n\n\
          | backend | fault | lost | duplicate runs | processing resumed after | /readyz |\n\
-         |---|---|---|---|---|---|\n"
+         |---|---|---|---|---|---|\n",
+        heading(messages, cut_secs)
     );
     for r in rows {
         out.push_str(&format!(
@@ -60,7 +119,7 @@ fn table(path: &Path, messages: u64, cut_secs: u64) -> Result<String> {
             r["health"].as_str().unwrap_or("?"),
         ));
     }
-    Ok(out)
+    out
 }
 
 /// Replace the text between the markers in the README with `table`.

@@ -55,6 +55,10 @@ enum Task {
         /// Seconds each network cut lasts.
         #[arg(long, default_value_t = 10)]
         cut_secs: u64,
+        /// Only the cases whose names contain one of these (e.g. `kafka_network_cut`); their
+        /// rows replace the same rows of the README's table, which must have been made with the
+        /// same `--messages` and `--cut-secs`.
+        cases: Vec<String>,
     },
     /// Build the sample and fixture handlers for wasm32-wasip2.
     Guests,
@@ -83,7 +87,11 @@ fn main() -> Result<()> {
             cmd.env("PROPTEST_CASES", cases.to_string());
             tools::run(cmd)
         }
-        Task::Chaos { messages, cut_secs } => chaos::run(messages, cut_secs),
+        Task::Chaos {
+            messages,
+            cut_secs,
+            cases,
+        } => chaos::run(messages, cut_secs, &cases),
         Task::Guests => tools::build_guests(),
         Task::Lint => lint(),
     }

@@ -52,12 +52,17 @@ pub struct ExternalConfig {
     /// activation (a missed notification).
     #[serde(deserialize_with = "duration::deserialize")]
     pub reconcile_interval: Duration,
+    /// How often each provider's broker is probed with a round trip (Kafka, Service Bus); a
+    /// probe without an answer within this long turns the provider's health check red.
+    #[serde(deserialize_with = "duration::deserialize")]
+    pub probe_interval: Duration,
 }
 
 impl Default for ExternalConfig {
     fn default() -> Self {
         ExternalConfig {
             reconcile_interval: Duration::from_secs(30),
+            probe_interval: Duration::from_secs(5),
         }
     }
 }

@@ -252,6 +252,19 @@ mod tests {
     }
 
     #[test]
+    fn external_intervals_default_and_have_floors() {
+        let c = parse("[external]\nprobe_interval = \"2s\"\n").unwrap();
+        assert_eq!(c.external.probe_interval, std::time::Duration::from_secs(2));
+        assert_eq!(
+            c.external.reconcile_interval,
+            std::time::Duration::from_secs(30)
+        );
+        let (key, reason) = key_error("[external]\nprobe_interval = \"10ms\"\n");
+        assert_eq!(key, "external.probe_interval");
+        assert!(reason.contains("at least 100ms"), "{reason}");
+    }
+
+    #[test]
     fn bad_duration_is_named() {
         let (key, reason) =
             key_error("[queues.orders]\nhandler = \"h\"\ntimeout = \"30 parsecs\"\n");

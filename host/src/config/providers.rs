@@ -17,6 +17,13 @@ impl Config {
                 "must be at least 10ms (it is a periodic pass over every external queue)",
             ));
         }
+        if self.external.probe_interval < std::time::Duration::from_millis(100) {
+            return Err(ConfigError::key(
+                file,
+                "external.probe_interval",
+                "must be at least 100ms (each probe is a round trip to the broker)",
+            ));
+        }
         for (name, provider) in &self.providers {
             super::validate::check_name(file, &format!("providers.{name}"), name)?;
             let Some(kind) = registry::find(&provider.kind) else {

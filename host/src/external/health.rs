@@ -2,13 +2,20 @@
 //! `/readyz`): unhealthy until its readiness consumer started, and while any part of it — the
 //! readiness bridge, a queue's processing consumer, its acknowledgements — is failing;
 //! healthy again once every failing part succeeded again. A provider without external queues
-//! is healthy and opens no consumer. Each change is logged once.
+//! is healthy and opens no consumer. Each change is logged once. [`run_probe`] adds the
+//! broker probe as one more part, for brokers whose connections cannot tell a silent network
+//! cut by themselves.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
 
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use super::Provider;
 use crate::admin::HealthCheck;
 
 #[derive(Debug)]
@@ -28,6 +35,38 @@ pub struct ProviderHealth {
 
 /// The part of a provider the readiness bridge reports as.
 pub const BRIDGE: &str = "readiness consumer";
+
+/// The part of a provider the broker probe reports as.
+pub const PROBE: &str = "broker probe";
+
+/// Probe `provider` about `queues` every `interval` until `shutdown`: a probe that fails, or
+/// gets no answer within `interval`, marks the provider unhealthy until one succeeds.
+pub async fn run_probe(
+    provider: Arc<dyn Provider>,
+    queues: Vec<String>,
+    health: Arc<ProviderHealth>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let probe = tokio::time::timeout(interval, provider.probe(&queues, interval));
+        let outcome = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            outcome = probe => outcome,
+        };
+        match outcome {
+            Ok(Ok(())) => health.part_succeeded(PROBE),
+            Ok(Err(e)) => health.part_failed(PROBE, e.to_string()),
+            Err(_) => health.part_failed(PROBE, format!("no answer within {interval:?}")),
+        }
+    }
+}
 
 impl ProviderHealth {
     /// A provider whose consumer has not started yet.

@@ -29,7 +29,7 @@ pub use activation::{ActivationStore, SqlActivations};
 pub use attempts::{AttemptCounter, SqlAttempts, attempt_key, run_purge};
 pub use bridge::run_bridge;
 pub use envelope::{Envelope, EnvelopeError};
-pub use health::ProviderHealth;
+pub use health::{ProviderHealth, run_probe};
 pub use provider::{
     Capabilities, Consumer, ConsumerSettings, CountKind, Delivery, DeliveryCount, Depth, ErrorKind,
     Handle, Nack, Provider, ProviderError, PublishOptions,

@@ -16,6 +16,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::task::JoinHandle;
@@ -310,6 +311,15 @@ pub trait Provider: Send + Sync + 'static {
             ErrorKind::Protocol,
             "this provider cannot tell a queue's depth",
         ))
+    }
+
+    /// One round trip to the broker about `queues`, answered within `timeout` when the
+    /// broker is reachable: the health probe for providers whose connections cannot tell a
+    /// silent network cut by themselves (Kafka, Service Bus). The default does nothing: a
+    /// Redis connection times out its blocking reads and an AMQP connection its heartbeats.
+    async fn probe(&self, queues: &[String], timeout: Duration) -> Result<(), ProviderError> {
+        let _ = (queues, timeout);
+        Ok(())
     }
 
     /// Start the provider's own housekeeping for `queues` (Redis: promoting due delayed

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     ActivationStore, ErrorKind, ProviderError, ProviderHealth, Providers, ReconciledQueue,
-    run_bridge, run_reconciliation,
+    run_bridge, run_probe, run_reconciliation,
 };
 use crate::admin::HealthRegistry;
 use crate::config::{Config, QueueStorage};
@@ -92,8 +92,15 @@ pub async fn start(
             bridge,
             mine.clone(),
             activations.clone(),
-            state,
+            state.clone(),
             wake.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(tokio::spawn(run_probe(
+            provider.clone(),
+            mine.clone(),
+            state,
+            config.external.probe_interval,
             shutdown.clone(),
         )));
         tasks.extend(provider.background(&mine, shutdown.clone()));

@@ -285,6 +285,22 @@ impl Provider for KafkaProvider {
         )?))
     }
 
+    /// A metadata request for the first queue's topic on the producer's connections: a
+    /// silent cut leaves librdkafka's sockets open for a minute, this answers at once.
+    async fn probe(&self, queues: &[String], timeout: Duration) -> Result<(), ProviderError> {
+        let producer = self.producer.clone();
+        let topic = queues.first().map(|q| self.settings.topic(q));
+        tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(topic.as_deref(), timeout)
+                .map(drop)
+        })
+        .await
+        .expect("metadata task")
+        .map_err(error)
+    }
+
     async fn close(&self) {
         let producer = self.producer.clone();
         let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;

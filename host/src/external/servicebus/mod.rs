@@ -192,6 +192,15 @@ impl Provider for ServiceBusProvider {
         )))
     }
 
+    /// A GET of the first queue's topic: the long-polling receives allow 30 s beyond their
+    /// wait, this answers at once.
+    async fn probe(&self, queues: &[String], _timeout: Duration) -> Result<(), ProviderError> {
+        match queues.first() {
+            Some(queue) => self.rest.reach(&self.settings.topic(queue)).await,
+            None => Ok(()),
+        }
+    }
+
     async fn readiness(
         &self,
         queues: &[String],

@@ -165,6 +165,22 @@ impl Rest {
         )
     }
 
+    /// Whether the namespace answers: a GET of `topic`'s description. Any answer but a
+    /// server error counts (a key without Manage rights is refused the description, and that
+    /// refusal is an answer).
+    pub async fn reach(&self, topic: &str) -> Result<(), ProviderError> {
+        let url = format!("{}/{topic}", self.base);
+        let answer = self.call(Method::Get, &url, None, Duration::ZERO).await?;
+        if answer.status.is_server_error() {
+            return Err(ProviderError::new(
+                KIND,
+                ErrorKind::Unavailable,
+                format!("the namespace answered {}", answer.status),
+            ));
+        }
+        Ok(())
+    }
+
     fn head_url(&self, topic: &str, subscription: &str, timeout: Duration) -> String {
         format!(
             "{}/{topic}/subscriptions/{subscription}/messages/head?timeout={}",
