@@ -50,12 +50,18 @@ fn read_rows(path: &Path) -> Result<Vec<serde_json::Value>> {
         .context("a chaos row is not JSON")
 }
 
-/// The text between the README's markers.
-fn current_table(readme: &Path) -> Result<String> {
+/// The README's text and where its markers start.
+fn readme_with_markers(readme: &Path) -> Result<(String, usize, usize)> {
     let text = std::fs::read_to_string(readme)?;
     let (Some(start), Some(end)) = (text.find(START), text.find(END)) else {
         bail!("{} has no {START} … {END} markers", readme.display());
     };
+    Ok((text, start, end))
+}
+
+/// The text between the README's markers.
+fn current_table(readme: &Path) -> Result<String> {
+    let (text, start, end) = readme_with_markers(readme)?;
     Ok(text[start + START.len()..end].to_string())
 }
 
@@ -77,16 +83,22 @@ fn merged(
         .filter(|line| line.starts_with("| ") && !line.starts_with("| backend"))
         .map(|line| {
             let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
-            serde_json::json!({
+            let number = |i: usize| -> Result<u64> {
+                let cell = cells.get(i).copied().unwrap_or_default();
+                cell.trim_end_matches(" ms")
+                    .parse()
+                    .with_context(|| format!("the README's fault table row `{line}`"))
+            };
+            Ok(serde_json::json!({
                 "backend": cells[0],
-                "fault": cells[1],
-                "lost": cells[2].parse::<u64>().unwrap_or(0),
-                "duplicates": cells[3].parse::<u64>().unwrap_or(0),
-                "recovered_ms": cells[4].trim_end_matches(" ms").parse::<u64>().unwrap_or(0),
-                "health": cells[5],
-            })
+                "fault": cells.get(1),
+                "lost": number(2)?,
+                "duplicates": number(3)?,
+                "recovered_ms": number(4)?,
+                "health": cells.get(5),
+            }))
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let key = |r: &serde_json::Value| (r["backend"].to_string(), r["fault"].to_string());
     rows.retain(|old| !fresh.iter().any(|new| key(new) == key(old)));
     rows.extend(fresh);
@@ -124,11 +136,33 @@ fn table(mut rows: Vec<serde_json::Value>, messages: u64, cut_secs: u64) -> Stri
 
 /// Replace the text between the markers in the README with `table`.
 fn write_readme(readme: &Path, table: &str) -> Result<()> {
-    let text = std::fs::read_to_string(readme)?;
-    let (Some(start), Some(end)) = (text.find(START), text.find(END)) else {
-        bail!("{} has no {START} … {END} markers", readme.display());
-    };
+    let (text, start, end) = readme_with_markers(readme)?;
     let updated = format!("{}{START}\n{table}{}", &text[..start], &text[end..]);
     std::fs::write(readme, updated)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_run_replaces_only_its_rows() {
+        let heading = heading(10, 1);
+        let current = format!(
+            "\n{heading}\n\n| backend | fault | lost | duplicate runs | processing resumed after | /readyz |\n\
+             |---|---|---|---|---|---|\n\
+             | Kafka | network cut | 0 | 3 | 900 ms | stayed green |\n\
+             | Redis | network cut | 0 | 1 | 50 ms | red, then green |\n"
+        );
+        let fresh = vec![serde_json::json!({
+            "backend": "Kafka", "fault": "network cut", "lost": 0, "duplicates": 0,
+            "recovered_ms": 700, "health": "red, then green",
+        })];
+        let table = table(merged(&current, fresh, &heading).unwrap(), 10, 1);
+        assert!(table.contains("| Kafka | network cut | 0 | 0 | 700 ms | red, then green |"));
+        assert!(table.contains("| Redis | network cut | 0 | 1 | 50 ms | red, then green |"));
+        assert!(!table.contains("stayed green"), "{table}");
+        assert!(merged(&current, Vec::new(), &super::heading(20, 1)).is_err());
+    }
 }

@@ -7,9 +7,7 @@
 //! cut by themselves.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
-
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
