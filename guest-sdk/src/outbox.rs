@@ -15,6 +15,9 @@ pub struct EnqueueOptions {
     pub delay_ms: Option<u64>,
     /// Metadata passed to the target queue's handler.
     pub headers: Vec<(String, String)>,
+    /// Session key: in a target queue with `sessions = true`, messages with the same key run
+    /// one at a time, in enqueue order. Sent as the reserved header `wharf.session`.
+    pub session: Option<String>,
 }
 
 /// Enqueue `payload` (serialized to JSON) into `queue`.
@@ -38,11 +41,16 @@ pub fn enqueue_json(
     json: &str,
     options: EnqueueOptions,
 ) -> Result<EnqueueStatus, String> {
+    let mut headers = options.headers;
+    if let Some(session) = options.session {
+        headers.retain(|(name, _)| name != "wharf.session");
+        headers.push(("wharf.session".to_string(), session));
+    }
     let options = types::EnqueueOptions {
         id: options.id,
         priority: options.priority,
         delay_ms: options.delay_ms,
-        headers: options.headers,
+        headers,
     };
     host::enqueue(queue, json, &options)
 }

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Cli;
 use super::format::print_json;
-use crate::enqueue::{Enqueuer, QueueRouter, parse_lines};
+use crate::enqueue::{Enqueuer, Pointers, QueueRouter, parse_lines};
 use crate::queue::{EnqueueStatus, NewMessage};
 
 /// Producers enqueueing at once.
@@ -28,13 +28,15 @@ pub async fn enqueue_file(
     router: Arc<QueueRouter>,
     queue: &str,
     file: &Path,
-    id_from: Option<&str>,
+    pointers: Pointers<'_>,
     template: NewMessage,
 ) -> anyhow::Result<ExitCode> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let messages = parse_lines(&text, id_from, &template, |m| router.check_limits(queue, m))
-        .map_err(|e| anyhow::anyhow!("{}:{e}", file.display()))?;
+    let messages = parse_lines(&text, pointers, &template, |m| {
+        router.check_limits(queue, m)
+    })
+    .map_err(|e| anyhow::anyhow!("{}:{e}", file.display()))?;
     let total = messages.len() as u64;
     let bar = ProgressBar::new(total).with_style(
         ProgressStyle::with_template(
@@ -43,14 +45,15 @@ pub async fn enqueue_file(
         .expect("valid progress template"),
     );
     let queue: Arc<str> = Arc::from(queue);
-    // Messages with the same id go to the same producer, in file order, so the last line for
-    // an id is the version that stays; messages without an id are spread evenly.
+    // Messages of the same session (else with the same id) go to the same producer, in file
+    // order: a session keeps the file's order, and the last line for an id is the version
+    // that stays. The others are spread evenly.
     let mut chunks: Vec<Vec<NewMessage>> = (0..PARALLEL).map(|_| Vec::new()).collect();
     for (n, message) in messages.into_iter().enumerate() {
-        let slot = match &message.id {
-            Some(id) => {
+        let slot = match message.session.as_ref().or(message.id.as_ref()) {
+            Some(key) => {
                 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-                BuildHasherDefault::<DefaultHasher>::default().hash_one(id) as usize % PARALLEL
+                BuildHasherDefault::<DefaultHasher>::default().hash_one(key) as usize % PARALLEL
             }
             None => n % PARALLEL,
         };

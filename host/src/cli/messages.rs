@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 
 use super::format::{clip, print_json, table, time};
 use super::{Cli, load_config};
-use crate::enqueue::{Enqueuer, QueueRouter};
+use crate::enqueue::{Enqueuer, Pointers, QueueRouter};
 use crate::queue::{self, MessageFilter, NewMessage, QueueStore, Selector, Status, limits, now_ms};
 
 /// `wharf enqueue QUEUE JSON …` or `wharf enqueue QUEUE --file messages.jsonl`.
@@ -45,6 +45,19 @@ pub struct EnqueueArgs {
     /// A header `NAME=VALUE` (repeatable).
     #[arg(long = "header", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
+    /// Session key: in a queue with `sessions = true`, messages with the same key run one at
+    /// a time, in enqueue order.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// With --file: take each message's session key from this JSON pointer (e.g.
+    /// `/customer_id`).
+    #[arg(
+        long,
+        value_name = "POINTER",
+        requires = "file",
+        conflicts_with = "session"
+    )]
+    pub session_from: Option<String>,
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
@@ -64,9 +77,26 @@ pub enum MessagesCommand {
         /// Only this status (pending, processing, processed, failed, sleeping, …).
         #[arg(long)]
         status: Option<String>,
+        /// Only this session.
+        #[arg(long)]
+        session: Option<String>,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+    },
+    /// Settle a handed-off message as completed: its session is unblocked and drained.
+    Complete {
+        /// The message key.
+        key: i64,
+    },
+    /// Settle a handed-off message as failed (kept for inspection): its session is unblocked
+    /// and drained.
+    Fail {
+        /// The message key.
+        key: i64,
+        /// What went wrong, kept as its last error.
+        #[arg(long, default_value = "the handoff failed")]
+        error: String,
     },
     /// Show one message by its key.
     Show {
@@ -146,17 +176,16 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
         last_error: None,
         source_delivery_id: None,
         attempts: 0,
+        session: args.session.clone(),
     };
     if let Some(file) = &args.file {
-        let done = super::bulk::enqueue_file(
-            cli,
-            Arc::new(router),
-            &args.queue,
-            file,
-            args.id_from.as_deref(),
-            template,
-        )
-        .await;
+        let pointers = Pointers {
+            id: args.id_from.as_deref(),
+            session: args.session_from.as_deref(),
+        };
+        let done =
+            super::bulk::enqueue_file(cli, Arc::new(router), &args.queue, file, pointers, template)
+                .await;
         providers.close().await;
         return done;
     }
@@ -189,18 +218,20 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
 /// host and cannot be set by hand.
 fn parse_status(name: &str) -> anyhow::Result<Status> {
     let status = Status::parse(name);
-    if matches!(status, Status::Processing | Status::AwaitingRelease)
-        || !crate::config::is_valid_name(name)
+    if matches!(
+        status,
+        Status::Processing | Status::AwaitingRelease | Status::Parked | Status::HandedOff
+    ) || !crate::config::is_valid_name(name)
     {
         anyhow::bail!(
-            "`{name}` cannot be set by hand: use pending, failed, sleeping, processed or a custom name"
+            "`{name}` cannot be set by hand (the host sets processing, awaiting-release, parked and handed-off): use pending, failed, sleeping, processed or a custom name"
         );
     }
     Ok(status)
 }
 
 /// Print how many messages a command changed, or fail when it changed none.
-fn report(cli: &Cli, what: &str, changed: u64) -> anyhow::Result<ExitCode> {
+pub(super) fn report(cli: &Cli, what: &str, changed: u64) -> anyhow::Result<ExitCode> {
     if cli.json {
         print_json(&serde_json::json!({ "changed": changed }))?;
     } else {
@@ -286,15 +317,23 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
+        MessagesCommand::Complete { key } => {
+            return super::sessions::settle_handoff(cli, &store, *key, None).await;
+        }
+        MessagesCommand::Fail { key, error } => {
+            return super::sessions::settle_handoff(cli, &store, *key, Some(error)).await;
+        }
         MessagesCommand::List {
             queue,
             status,
+            session,
             limit,
         } => {
             // One more than shown tells whether there are more.
             let filter = MessageFilter {
                 queue: queue.clone(),
                 status: status.as_deref().map(Status::parse),
+                session: session.clone(),
                 limit: limit.saturating_add(1),
                 ..Default::default()
             };
@@ -352,6 +391,7 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
                     ("id", m.id.clone().unwrap_or_default()),
                     ("delivery id", m.delivery_id.clone()),
                     ("status", m.status.to_string()),
+                    ("session", m.session.clone().unwrap_or_default()),
                     ("priority", m.priority.to_string()),
                     ("attempts", m.attempts.to_string()),
                     ("process at", time(m.process_at_ms)),

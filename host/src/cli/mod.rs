@@ -9,6 +9,7 @@ mod messages;
 mod replay;
 mod run;
 mod scaffold;
+mod sessions;
 mod status;
 
 use std::path::PathBuf;
@@ -71,6 +72,9 @@ pub enum Command {
     /// Inspect messages.
     #[command(subcommand)]
     Messages(messages::MessagesCommand),
+    /// Ordered sessions: which are blocked, and by what.
+    #[command(subcommand)]
+    Sessions(sessions::SessionsCommand),
     /// Inspect deployed handlers (asks the running host).
     #[command(subcommand)]
     Handlers(handlers::HandlersCommand),
@@ -180,6 +184,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Enqueue(args) => messages::enqueue(&cli, args).await,
         Command::Messages(cmd) => messages::run(&cli, cmd).await,
+        Command::Sessions(cmd) => sessions::run(&cli, cmd).await,
         Command::Handlers(cmd) => handlers::run(&cli, cmd).await,
         Command::Status => status::run(&cli).await,
         Command::Replay(args) => replay::run(&cli, args).await,

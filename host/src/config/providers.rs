@@ -87,6 +87,15 @@ impl Config {
             }
             (QueueStorage::External, Some(provider)) => provider,
         };
+        if queue.sessions {
+            return Err(ConfigError::key(
+                file,
+                key("sessions"),
+                format!(
+                    "ordered sessions are kept by the SQL queue only; provider `{provider}` cannot keep them yet: use `storage = \"sql\"` or remove `sessions`"
+                ),
+            ));
+        }
         let Some(section) = self.providers.get(provider) else {
             return Err(ConfigError::key(
                 file,

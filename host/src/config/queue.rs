@@ -86,6 +86,10 @@ pub struct QueueConfig {
     /// is a configuration error.
     #[serde(default)]
     pub replace_by_id: Option<bool>,
+    /// Ordered sessions: messages that share a session key run one at a time, in enqueue
+    /// order, and a failure blocks only its session (see the README). SQL queues only.
+    #[serde(default)]
+    pub sessions: bool,
 }
 
 /// `[queues.NAME.retention]`: how long processed messages and history are kept.
@@ -157,6 +161,7 @@ impl QueueConfig {
             storage: QueueStorage::Sql,
             provider: None,
             replace_by_id: None,
+            sessions: false,
         }
     }
 }

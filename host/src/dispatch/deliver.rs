@@ -17,6 +17,9 @@ use crate::queue::{Backoff, Disposition};
 use crate::queue::{InboxRow, InboxWrite};
 use crate::runtime::{LoadedHandler, Outcome};
 
+/// How a completion by a pending handoff is named (the message's `outcome`).
+pub(crate) const PENDING_HANDOFF: &str = "pending-handoff";
+
 /// A queue's consumer inbox.
 #[derive(Clone)]
 pub struct InboxBinding {
@@ -207,7 +210,7 @@ pub(crate) async fn process<S: Source>(
     crate::metrics::handler_call(&p.name, started.elapsed());
     let mut disposition = decide(&result, attempt, max, backoff);
     let outcome = match &result {
-        Ok(Ok(Outcome::PendingHandoff)) => Some("pending-handoff"),
+        Ok(Ok(Outcome::PendingHandoff)) => Some(PENDING_HANDOFF),
         Ok(Ok(Outcome::Completed)) => Some("completed"),
         _ => None,
     };
@@ -297,7 +300,7 @@ fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {
     crate::metrics::message(
         queue,
         match disposition {
-            Disposition::Complete => MessageOutcome::Processed,
+            Disposition::Complete | Disposition::HandOff => MessageOutcome::Processed,
             Disposition::Retry { .. } => MessageOutcome::Retried,
             Disposition::Fail { .. } => MessageOutcome::Failed,
             Disposition::Release => MessageOutcome::Released,
@@ -322,6 +325,9 @@ fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {
         }
         Disposition::Release => {
             tracing::debug!(%queue, handler, delivery = %label, attempt, "message released unprocessed")
+        }
+        Disposition::HandOff => {
+            tracing::info!(%queue, handler, delivery = %label, attempt, "message handed off: its session waits until it is settled")
         }
     }
 }

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::deliver::PENDING_HANDOFF;
 use super::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Settler, Source, Verdict, Work};
 use crate::config::QueueConfig;
 use crate::external::{Envelope, Provider, PublishOptions};
@@ -41,6 +42,16 @@ pub struct SqlSource {
     pub poll_interval: Duration,
     /// For an external queue: its provider, which receives deferred publications when due.
     pub publish_to: Option<(String, Arc<dyn Provider>, PublishOptions)>,
+}
+
+/// What settles one leased message: its lease, and its session (tended with its
+/// settlement in a queue with sessions).
+#[derive(Debug, Clone)]
+pub struct SqlLease {
+    /// The lease.
+    pub lease: Lease,
+    /// Its session key, in a queue with sessions.
+    pub session: Option<String>,
 }
 
 /// The id a delivery is checked against. A message moved in from an external provider stands
@@ -103,7 +114,7 @@ impl SqlSource {
 
 #[async_trait]
 impl Source for SqlSource {
-    type Handle = Lease;
+    type Handle = SqlLease;
 
     fn provider(&self) -> &'static str {
         "sql"
@@ -113,7 +124,7 @@ impl Source for SqlSource {
         &self,
         max: u32,
         inbox: Option<&InboxBinding>,
-    ) -> Result<Vec<Work<Lease>>, String> {
+    ) -> Result<Vec<Work<SqlLease>>, String> {
         let lease_ms = self.config.lease.as_millis() as i64;
         let probe = inbox.and_then(|binding| {
             let table = binding.queue_table.clone()?;
@@ -124,6 +135,11 @@ impl Source for SqlSource {
         });
         let leased = loop {
             let leased = match &probe {
+                _ if self.config.sessions => {
+                    self.store
+                        .lease_in_sessions(&self.name, max, lease_ms, probe.as_ref())
+                        .await
+                }
                 Some(probe) => {
                     self.store
                         .lease_checking_inbox(&self.name, max, lease_ms, probe)
@@ -155,7 +171,10 @@ impl Source for SqlSource {
         Ok(leased
             .into_iter()
             .map(|m| Work {
-                handle: m.lease,
+                handle: SqlLease {
+                    lease: m.lease,
+                    session: m.session.clone().filter(|_| self.config.sessions),
+                },
                 inbox: Some(inbox_ids(&m)),
                 label: format!("key={}", m.lease.key),
                 decided: None,
@@ -186,15 +205,29 @@ impl Source for SqlSource {
         inbox.queue_table.is_some()
     }
 
-    async fn settle(&self, lease: Lease, verdict: Verdict) {
+    async fn settle(&self, handle: SqlLease, verdict: Verdict) {
+        let SqlLease { lease, session } = handle;
+        // In a session, a pending handoff blocks the session until an operator settles it.
+        let disposition = match verdict.disposition {
+            Disposition::Complete
+                if session.is_some() && verdict.outcome == Some(PENDING_HANDOFF) =>
+            {
+                Disposition::HandOff
+            }
+            other => other,
+        };
         let settlement = Settlement {
             lease,
-            disposition: verdict.disposition,
+            disposition,
             keep_processed: self.config.retention.count != Some(0),
             outcome: verdict.outcome.map(str::to_string),
             inbox: verdict.inbox,
+            session: session.map(|key| (self.name.to_string(), key)),
         };
+        let in_session = settlement.session.is_some();
         match self.settler.settle(settlement).await {
+            // The next message of the session may be ready now: look at once.
+            Ok(SettleResult::Applied) if in_session => self.wake.notify_one(),
             Ok(SettleResult::Applied) => {}
             Ok(SettleResult::LeaseLost) => {
                 tracing::warn!(queue = %self.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied")
@@ -205,10 +238,10 @@ impl Source for SqlSource {
         }
     }
 
-    async fn release(&self, leases: Vec<Lease>) {
+    async fn release(&self, leases: Vec<SqlLease>) {
         let releases: Vec<Settlement> = leases
             .iter()
-            .map(|lease| Settlement::new(*lease, Disposition::Release))
+            .map(|handle| Settlement::new(handle.lease, Disposition::Release))
             .collect();
         match self.store.settle(&releases).await {
             Ok(_) => {
@@ -233,6 +266,12 @@ impl Source for SqlSource {
                 tracing::warn!(queue = %self.name, count = n, "handled messages whose lease expired")
             }
             Err(e) => tracing::debug!(queue = %self.name, "expired-lease sweep failed: {e}"),
+        }
+        // After the sweep: a lease that expired into failed blocks its session.
+        if c.sessions
+            && let Err(e) = self.store.tend_sessions(&self.name).await
+        {
+            tracing::debug!(queue = %self.name, "session pass failed: {e}");
         }
         let retention = Retention {
             max_age_ms: c.retention.age.map(|d| d.as_millis() as i64),

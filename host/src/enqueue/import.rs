@@ -27,7 +27,7 @@ pub enum ImportError {
     NoId {
         /// Its number, from 1.
         line: usize,
-        /// The `--id-from` pointer.
+        /// The `--id-from` or `--session-from` pointer.
         pointer: String,
     },
     /// The message is refused by the queue (a limit).
@@ -51,11 +51,21 @@ impl ImportError {
     }
 }
 
+/// Where each line's id and session key are read (JSON pointers); `None` keeps the
+/// template's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pointers<'a> {
+    /// `--id-from`.
+    pub id: Option<&'a str>,
+    /// `--session-from`.
+    pub session: Option<&'a str>,
+}
+
 /// The messages of every non-blank line of `text`, in order, each based on `template` (its id
 /// from the JSON pointer `id_from` when given) and accepted by `check`.
 pub fn parse_lines(
     text: &str,
-    id_from: Option<&str>,
+    pointers: Pointers<'_>,
     template: &NewMessage,
     check: impl Fn(&NewMessage) -> Result<(), EnqueueError>,
 ) -> Result<Vec<NewMessage>, ImportError> {
@@ -69,15 +79,20 @@ pub fn parse_lines(
             line: number,
             reason: e.to_string(),
         })?;
-        let id = match id_from {
-            None => template.id.clone(),
-            Some(pointer) => Some(id_at(line, pointer).ok_or_else(|| ImportError::NoId {
-                line: number,
-                pointer: pointer.to_string(),
-            })?),
+        let read = |pointer: Option<&str>, default: &Option<String>| match pointer {
+            None => Ok(default.clone()),
+            Some(pointer) => id_at(line, pointer)
+                .map(Some)
+                .ok_or_else(|| ImportError::NoId {
+                    line: number,
+                    pointer: pointer.to_string(),
+                }),
         };
+        let id = read(pointers.id, &template.id)?;
+        let session = read(pointers.session, &template.session)?;
         let message = NewMessage {
             id,
+            session,
             payload: line.to_string(),
             ..template.clone()
         };

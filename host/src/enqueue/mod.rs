@@ -13,7 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
-pub use import::{ImportError, parse_lines};
+pub use import::{ImportError, Pointers, parse_lines};
 
 use crate::config::{Config, QueueStorage};
 use crate::dispatch::DEFERRED_PUBLISH_HEADER;

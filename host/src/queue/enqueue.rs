@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::rows::encode_headers;
+use super::sessions::by_queue;
 use super::{
     EnqueueStatus, Enqueued, Existing, NewMessage, Plan, QueueError, Status, canonical_hash,
     destination, new_delivery_id, plan,
@@ -158,6 +159,15 @@ pub(crate) trait EnqueueStatements: Send {
 
     /// Record the live version of message `key` in history and overwrite it with `message`.
     async fn replace(&mut self, key: i64, message: &Prepared, now: i64) -> Result<(), QueueError>;
+
+    /// Park what was enqueued into a blocked session: tend the sessions in the JSON array
+    /// `sessions` of `queue`.
+    async fn tend_sessions(
+        &mut self,
+        queue: &str,
+        sessions: &str,
+        now: i64,
+    ) -> Result<(), QueueError>;
 }
 
 /// What a batch did.
@@ -208,6 +218,12 @@ pub(crate) async fn apply<S: EnqueueStatements>(
             applied.results.push(done);
         }
         start = end;
+    }
+    let sessions = messages
+        .iter()
+        .filter_map(|m| Some((queue, m.message.session.as_deref()?)));
+    for (queue, sessions) in by_queue(sessions) {
+        statements.tend_sessions(queue, &sessions, now).await?;
     }
     Ok(applied)
 }

@@ -15,9 +15,11 @@ pub(crate) struct ManageSql {
     pub delete_keys: &'static str,
     /// History of id `$2` in queue `$1`, oldest first.
     pub history: &'static str,
-    /// Messages matching queue `$1`, status `$2`, id `$4`, key below `$5`; newest first, `$3`.
+    /// Messages matching queue `$1`, status `$2`, id `$4`, key below `$5`, session `$6`;
+    /// newest first, `$3`.
     pub list: &'static str,
-    /// Make messages ready again (`$1` now): key `$2`, or queue `$3` in status `$4`.
+    /// Make messages ready again (`$1` now): key `$2`, or queue `$3` in status `$4`; returns
+    /// the queue and session of each.
     pub retry: &'static str,
 }
 
@@ -29,15 +31,20 @@ DELETE FROM message_history WHERE history_key IN (
         FROM message_history WHERE queue = $1) ranked
     WHERE rn > $2 LIMIT $3)";
 
-/// Move message `$3` to status `$1` (`$2` now) unless it is leased or awaiting release.
+/// Move message `$3` to status `$1` (`$2` now) unless it is leased or awaiting release; a
+/// move to any status but processed clears how it was completed. Returns its queue and
+/// session.
 pub(crate) const MOVE_TO: &str = "
 UPDATE messages SET status = $1, updated_at_ms = $2,
-    process_at_ms = CASE WHEN $1 = 'pending' THEN $2 ELSE process_at_ms END
-WHERE key = $3 AND status NOT IN ('processing', 'awaiting-release')";
+    process_at_ms = CASE WHEN $1 = 'pending' THEN $2 ELSE process_at_ms END,
+    outcome = CASE WHEN $1 = 'processed' THEN outcome ELSE NULL END
+WHERE key = $3 AND status NOT IN ('processing', 'awaiting-release')
+RETURNING queue, session_key";
 
-/// Delete message `$1` unless it is leased or awaiting release.
+/// Delete message `$1` unless it is leased or awaiting release. Returns its queue and session.
 pub(crate) const DELETE: &str =
-    "DELETE FROM messages WHERE key = $1 AND status NOT IN ('processing', 'awaiting-release')";
+    "DELETE FROM messages WHERE key = $1 AND status NOT IN ('processing', 'awaiting-release')
+     RETURNING queue, session_key";
 
 /// One message by key.
 pub(crate) const GET: &str = "SELECT * FROM messages WHERE key = $1";
@@ -129,6 +136,7 @@ macro_rules! operator_commands {
                     .bind(filter.limit as i64)
                     .bind(&filter.id)
                     .bind(filter.before_key)
+                    .bind(&filter.session)
                     .fetch_all(self.readers())
                     .await?;
                 rows.iter().map(stored).collect()
@@ -182,14 +190,18 @@ macro_rules! operator_commands {
                         (None, Some(queue.as_str()), Some(status.as_str()))
                     }
                 };
-                let done = sqlx::query(sql.retry)
-                    .bind($crate::queue::now_ms())
+                let now = $crate::queue::now_ms();
+                let mut tx = self.pool.begin().await?;
+                let touched: Vec<(String, Option<String>)> = sqlx::query_as(sql.retry)
+                    .bind(now)
                     .bind(key)
                     .bind(queue)
                     .bind(status)
-                    .execute(&self.pool)
+                    .fetch_all(&mut *tx)
                     .await?;
-                Ok(done.rows_affected())
+                super::sessions::tend_touched(&mut tx, &touched, now).await?;
+                tx.commit().await?;
+                Ok(touched.len() as u64)
             }
 
             pub(super) async fn move_to_now(
@@ -197,24 +209,34 @@ macro_rules! operator_commands {
                 key: i64,
                 status: &$crate::queue::Status,
             ) -> Result<bool, $crate::queue::QueueError> {
-                let done = sqlx::query($crate::queue::manage::MOVE_TO)
-                    .bind(status.as_str())
-                    .bind($crate::queue::now_ms())
-                    .bind(key)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(done.rows_affected() == 1)
+                let now = $crate::queue::now_ms();
+                let mut tx = self.pool.begin().await?;
+                let touched: Vec<(String, Option<String>)> =
+                    sqlx::query_as($crate::queue::manage::MOVE_TO)
+                        .bind(status.as_str())
+                        .bind(now)
+                        .bind(key)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                super::sessions::tend_touched(&mut tx, &touched, now).await?;
+                tx.commit().await?;
+                Ok(!touched.is_empty())
             }
 
             pub(super) async fn delete_now(
                 &self,
                 key: i64,
             ) -> Result<bool, $crate::queue::QueueError> {
-                let done = sqlx::query($crate::queue::manage::DELETE)
-                    .bind(key)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(done.rows_affected() == 1)
+                let now = $crate::queue::now_ms();
+                let mut tx = self.pool.begin().await?;
+                let touched: Vec<(String, Option<String>)> =
+                    sqlx::query_as($crate::queue::manage::DELETE)
+                        .bind(key)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                super::sessions::tend_touched(&mut tx, &touched, now).await?;
+                tx.commit().await?;
+                Ok(!touched.is_empty())
             }
         }
     };

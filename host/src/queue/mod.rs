@@ -15,6 +15,7 @@ mod payload;
 mod plan;
 mod postgres;
 mod rows;
+pub mod sessions;
 mod settle;
 mod sqlite;
 mod status;
@@ -32,8 +33,9 @@ pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 pub use status::Status;
 pub use types::{
-    Disposition, EnqueueStatus, Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter,
-    NewMessage, NextVersion, Retention, Selector, SettleResult, Settlement, StoredMessage,
+    BlockedSession, Disposition, EnqueueStatus, Enqueued, HistoryEntry, Lease, LeasedMessage,
+    MessageFilter, NewMessage, NextVersion, Retention, Selector, SettleResult, Settlement,
+    StoredMessage,
 };
 
 /// A failure of the queue store.
@@ -146,6 +148,47 @@ pub trait QueueStore: Send + Sync + 'static {
     ) -> Result<Vec<LeasedMessage>, QueueError> {
         let _ = (queue, max, lease_ms, inbox);
         Err(QueueError::Unsupported("checking the inbox while leasing"))
+    }
+
+    /// Lease like [`QueueStore::lease`] (checking the inbox like
+    /// [`QueueStore::lease_checking_inbox`] when `inbox` is given and the store supports it),
+    /// but only the head of each session: a message with a session key is leased only when
+    /// nothing of its session is in flight, blocking it, or waiting ahead of it (see
+    /// [`sessions`]).
+    async fn lease_in_sessions(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+        inbox: Option<&InboxProbe>,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
+        let _ = (queue, max, lease_ms, inbox);
+        Err(QueueError::Unsupported("sessions"))
+    }
+
+    /// Park and drain every session of `queue` that has a blocker or parked messages: what
+    /// the transactions that change a blocker already do, again (housekeeping).
+    async fn tend_sessions(&self, queue: &str) -> Result<(), QueueError> {
+        let _ = queue;
+        Ok(())
+    }
+
+    /// Settle a `handed-off` message as completed (`failure` = `None`) or failed with that
+    /// error; either way its session is unblocked and drained. Returns whether it was
+    /// handed off.
+    async fn settle_handoff(&self, key: i64, failure: Option<&str>) -> Result<bool, QueueError> {
+        let _ = (key, failure);
+        Err(QueueError::Unsupported("sessions"))
+    }
+
+    /// Blocked sessions (of one queue, or all), oldest block first, at most `limit`.
+    async fn blocked_sessions(
+        &self,
+        queue: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<BlockedSession>, QueueError> {
+        let _ = (queue, limit);
+        Ok(Vec::new())
     }
 
     /// Apply the outcomes of several leases in one round trip. A lease that expired and was

@@ -106,7 +106,7 @@ mod tests {
             Status::Sleeping,
             Status::Failed,
             Status::Processed,
-            Status::Custom("parked".into()),
+            Status::Custom("on-hold".into()),
         ] {
             assert_eq!(plan(&existing(s, "a", None), "b", false), Plan::Replace);
         }
@@ -116,7 +116,7 @@ mod tests {
     fn destinations() {
         assert_eq!(destination(None, 100, 200), Status::Pending);
         assert_eq!(destination(None, 300, 200), Status::Sleeping);
-        let parked = Status::Custom("parked".into());
+        let parked = Status::Custom("on-hold".into());
         assert_eq!(destination(Some(&parked), 300, 200), parked);
     }
 }

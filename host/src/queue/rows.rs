@@ -49,6 +49,7 @@ macro_rules! stored_from_row {
             version: row.try_get("version")?,
             outcome: row.try_get("outcome")?,
             source_delivery_id: row.try_get("source_delivery_id")?,
+            session: row.try_get("session_key")?,
             next,
         })
     }};
@@ -107,6 +108,7 @@ macro_rules! leased_in_order {
                         .try_get::<Option<bool>, _>("inbox_processed")
                         .ok()
                         .flatten(),
+                    session: row.try_get("session_key")?,
                 },
             ));
         }

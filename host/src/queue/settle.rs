@@ -8,6 +8,7 @@ use std::collections::HashSet;
 
 use async_trait::async_trait;
 
+use super::sessions::by_queue;
 use super::{Disposition, InboxWrite, Lease, QueueError, SettleResult, Settlement, inbox_writes};
 
 /// The statements one dialect runs for a settlement, all inside the caller's transaction.
@@ -56,6 +57,17 @@ pub(crate) trait SettleStatements: Send {
 
     /// Make the version that waited for release (AwaitingRelease under `lease`) live.
     async fn apply_next(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError>;
+
+    /// Keep it `handed-off` (a pending handoff in a session).
+    async fn hand_off(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError>;
+
+    /// Park and drain the sessions in the JSON array `sessions` of `queue`.
+    async fn tend_sessions(
+        &mut self,
+        queue: &str,
+        sessions: &str,
+        now: i64,
+    ) -> Result<(), QueueError>;
 }
 
 /// Apply `settlements` through `statements` (one transaction); results in input order.
@@ -87,6 +99,19 @@ pub(crate) async fn settle<S: SettleStatements>(
             SettleResult::LeaseLost
         });
     }
+    // Sessions last, on the statuses just written: a failure or handoff parks what waits
+    // behind it, a success of a blocker's retry drains its session.
+    let touched = settlements.iter().filter_map(|s| {
+        let (queue, session) = s.session.as_ref()?;
+        let changes_order = !matches!(
+            s.disposition,
+            Disposition::Retry { .. } | Disposition::Release
+        );
+        changes_order.then_some((queue.as_str(), session.as_str()))
+    });
+    for (queue, sessions) in by_queue(touched) {
+        statements.tend_sessions(queue, &sessions, now).await?;
+    }
     Ok(results)
 }
 
@@ -112,6 +137,7 @@ async fn settle_one<S: SettleStatements>(
         }
         Disposition::Fail { error } => statements.fail(lease, error, now).await?,
         Disposition::Release => statements.release(lease, now).await?,
+        Disposition::HandOff => statements.hand_off(lease, now).await?,
     };
     if applied {
         return Ok(true);
@@ -121,6 +147,7 @@ async fn settle_one<S: SettleStatements>(
     let outcome = match &s.disposition {
         Disposition::Complete => Some(("processed", None)),
         Disposition::Fail { error } => Some(("failed", Some(error.as_str()))),
+        Disposition::HandOff => Some(("handed-off", None)),
         _ => None,
     };
     if let Some((status, error)) = outcome {

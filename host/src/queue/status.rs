@@ -17,6 +17,12 @@ pub enum Status {
     Sleeping,
     /// Re-enqueued while leased: the new version waits for the current processor.
     AwaitingRelease,
+    /// A message of a blocked session, waiting behind the message that blocks it; drained
+    /// in order once that message is resolved.
+    Parked,
+    /// A session message whose handler returned a pending handoff: it blocks its session
+    /// until an operator settles it (`wharf messages complete|fail`).
+    HandedOff,
     /// A status named by an operator; kept and not processed until moved.
     Custom(String),
 }
@@ -31,6 +37,8 @@ impl Status {
             Status::Failed => "failed",
             Status::Sleeping => "sleeping",
             Status::AwaitingRelease => "awaiting-release",
+            Status::Parked => "parked",
+            Status::HandedOff => "handed-off",
             Status::Custom(name) => name,
         }
     }
@@ -44,6 +52,8 @@ impl Status {
             "failed" => Status::Failed,
             "sleeping" => Status::Sleeping,
             "awaiting-release" => Status::AwaitingRelease,
+            "parked" => Status::Parked,
+            "handed-off" => Status::HandedOff,
             other => Status::Custom(other.to_string()),
         }
     }
@@ -68,7 +78,9 @@ mod tests {
             Status::Failed,
             Status::Sleeping,
             Status::AwaitingRelease,
-            Status::Custom("parked".into()),
+            Status::Parked,
+            Status::HandedOff,
+            Status::Custom("on-hold".into()),
         ] {
             assert_eq!(Status::parse(s.as_str()), s);
         }

@@ -29,6 +29,9 @@ pub struct NewMessage {
     /// Attempts already made elsewhere (a message moved in from an external provider keeps
     /// its count); 0 for a new message.
     pub attempts: u32,
+    /// The session key: in a queue with `sessions = true`, messages that share it run one at
+    /// a time, in enqueue order. `None`: no session.
+    pub session: Option<String>,
 }
 
 /// What an enqueue did.
@@ -87,6 +90,8 @@ pub struct LeasedMessage {
     /// Whether the delivery id is recorded in the inbox, when the lease statement checked it
     /// ([`super::QueueStore::lease_checking_inbox`]); `None` when it did not.
     pub inbox_processed: Option<bool>,
+    /// Its session key, if any.
+    pub session: Option<String>,
 }
 
 /// What to do with a leased message.
@@ -108,6 +113,9 @@ pub enum Disposition {
     },
     /// Hand the message back untouched (shutdown): pending again, this attempt not counted.
     Release,
+    /// Handed over to another system (a pending handoff in a session): kept `handed-off`,
+    /// blocking its session until an operator settles it.
+    HandOff,
 }
 
 /// One outcome to apply.
@@ -124,6 +132,9 @@ pub struct Settlement {
     pub outcome: Option<String>,
     /// Inbox records to write in the same transaction (an inbox table in the queue database).
     pub inbox: Option<super::InboxWrite>,
+    /// The message's session as (queue, session key): its order is tended in the same
+    /// transaction (siblings parked behind a block, drained once it is resolved).
+    pub session: Option<(String, String)>,
 }
 
 impl Settlement {
@@ -135,6 +146,7 @@ impl Settlement {
             keep_processed: true,
             outcome: None,
             inbox: None,
+            session: None,
         }
     }
 }
@@ -249,6 +261,8 @@ pub struct StoredMessage {
     pub outcome: Option<String>,
     /// For a resubmission: the delivery it stands in for.
     pub source_delivery_id: Option<String>,
+    /// Its session key, if any.
+    pub session: Option<String>,
     /// The version enqueued while the message was leased, applied on release.
     pub next: Option<NextVersion>,
 }
@@ -279,8 +293,35 @@ pub struct MessageFilter {
     pub status: Option<Status>,
     /// Only messages with this MessageId.
     pub id: Option<String>,
+    /// Only messages of this session.
+    pub session: Option<String>,
     /// Only keys below this one: the cursor of the next page (the last key of the previous).
     pub before_key: Option<i64>,
     /// At most this many.
     pub limit: u32,
+}
+
+/// A session blocked by one of its messages (failed, or handed off), with what waits behind it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BlockedSession {
+    /// The queue.
+    pub queue: String,
+    /// The session key.
+    pub session: String,
+    /// The key of the message that blocks it.
+    pub blocked_by_key: i64,
+    /// That message's MessageId, if it has one.
+    pub blocked_by_id: Option<String>,
+    /// The delivery it stands in for, else its own delivery id: what a resolving
+    /// resubmission records in the inbox.
+    pub blocked_by_delivery_id: String,
+    /// Its status (`failed` or `handed-off`).
+    #[serde(serialize_with = "status_name")]
+    pub status: Status,
+    /// Its last error.
+    pub last_error: Option<String>,
+    /// Messages of the session parked behind it.
+    pub parked: u64,
+    /// Since when (Unix ms): the blocker's last change.
+    pub since_ms: i64,
 }

@@ -132,11 +132,22 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, http: bool) -> wasmt
     Ok(())
 }
 
+/// The reserved header through which a guest gives a message's session key (the WIT
+/// contract stays at 0.1.0, so guests built against it keep working).
+pub const SESSION_HEADER: &str = "wharf.session";
+
 /// The message a guest's `host.enqueue(queue, payload, options)` asks for at `now` (Unix
 /// ms). Any delay is accepted: one beyond year 9999 means the latest date
-/// ([`crate::queue::limits::LATEST_DATE_MS`]).
+/// ([`crate::queue::limits::LATEST_DATE_MS`]). A [`SESSION_HEADER`] header sets the session
+/// key (and stays a header, for the next handler to read).
 pub fn guest_message(payload: String, options: EnqueueOptions, now: i64) -> NewMessage {
+    let session = options
+        .headers
+        .iter()
+        .find(|(name, _)| name == SESSION_HEADER)
+        .map(|(_, value)| value.clone());
     NewMessage {
+        session,
         id: options.id,
         payload,
         priority: options.priority.unwrap_or(0),

@@ -13,7 +13,8 @@ mod output;
 mod registry;
 
 pub use bindings::{
-    EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome, guest_message,
+    EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome, SESSION_HEADER,
+    guest_message,
 };
 pub use deploy_log::{DeployEvent, DeployLog, DeployResult};
 pub use engine::EPOCH_TICK;

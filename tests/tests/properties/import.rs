@@ -3,7 +3,7 @@
 //! line; ids come from the pointer as strings or number text.
 
 use proptest::prelude::*;
-use wharf_host::enqueue::{ImportError, parse_lines};
+use wharf_host::enqueue::{ImportError, Pointers, parse_lines};
 use wharf_host::queue::NewMessage;
 
 use super::json::{Json, json, number, spelling, write};
@@ -28,7 +28,7 @@ proptest! {
 
     #[test]
     fn any_text_imports_or_names_a_line(text in any::<String>()) {
-        match parse_lines(&text, None, &NewMessage::default(), accept) {
+        match parse_lines(&text, Pointers::default(), &NewMessage::default(), accept) {
             Ok(messages) => {
                 let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
                 prop_assert_eq!(messages.len(), lines.len());
@@ -43,7 +43,7 @@ proptest! {
     #[test]
     fn json_lines_import_in_order(lines in lines()) {
         let text = lines.join("\n");
-        let messages = parse_lines(&text, None, &NewMessage::default(), accept).unwrap();
+        let messages = parse_lines(&text, Pointers::default(), &NewMessage::default(), accept).unwrap();
         let expected: Vec<&String> = lines.iter().filter(|l| !l.trim().is_empty()).collect();
         prop_assert_eq!(messages.len(), expected.len());
         for (message, line) in messages.iter().zip(expected) {
@@ -58,7 +58,7 @@ proptest! {
         let at = at.index(lines.len() + 1);
         lines.insert(at, bad);
         let text = lines.join("\n");
-        match parse_lines(&text, None, &NewMessage::default(), accept) {
+        match parse_lines(&text, Pointers::default(), &NewMessage::default(), accept) {
             Err(e @ ImportError::NotJson { .. }) => prop_assert_eq!(e.line(), at + 1),
             other => prop_assert!(false, "{other:?}"),
         }
@@ -76,11 +76,11 @@ proptest! {
             _ => text.clone(), // a number exactly as written, every digit kept
         };
         for pointer in ["/order/id", "/order/n/1"] {
-            let messages = parse_lines(&line, Some(pointer), &NewMessage::default(), accept).unwrap();
+            let messages = parse_lines(&line, Pointers { id: Some(pointer), ..Pointers::default() }, &NewMessage::default(), accept).unwrap();
             prop_assert_eq!(messages[0].id.as_deref(), Some(expected.as_str()));
         }
         for missing in ["/order/x", "/order/n/01", "/order/n/2", "/order"] {
-            let refused = parse_lines(&line, Some(missing), &NewMessage::default(), accept);
+            let refused = parse_lines(&line, Pointers { id: Some(missing), ..Pointers::default() }, &NewMessage::default(), accept);
             prop_assert!(matches!(refused, Err(ImportError::NoId { line: 1, .. })), "{missing}");
         }
     }

@@ -97,7 +97,7 @@ pub async fn future_destination_sleeps_and_past_is_ready(store: Arc<dyn QueueSto
 pub async fn custom_destination_keeps_its_status(store: Arc<dyn QueueStore>) {
     let (key, lease) = leased(&store, "o-1", "{}").await;
     let parked = NewMessage {
-        status: Some(Status::Custom("parked".into())),
+        status: Some(Status::Custom("on-hold".into())),
         ..message(Some("o-1"), r#"{"v":2}"#)
     };
     store.enqueue("q", parked, false).await.unwrap();
@@ -105,7 +105,7 @@ pub async fn custom_destination_keeps_its_status(store: Arc<dyn QueueStore>) {
     let m = store.get(key).await.unwrap().unwrap();
     assert_eq!(
         (m.status, m.payload.as_str()),
-        (Status::Custom("parked".into()), r#"{"v":2}"#)
+        (Status::Custom("on-hold".into()), r#"{"v":2}"#)
     );
     assert!(store.lease("q", 1, 30_000).await.unwrap().is_empty());
 }

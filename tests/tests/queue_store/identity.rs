@@ -140,7 +140,7 @@ pub async fn idempotent_discards_equal_json_values(store: Arc<dyn QueueStore>) {
 }
 
 pub async fn custom_status_is_kept_until_moved(store: Arc<dyn QueueStore>) {
-    let parked = Status::Custom("parked".into());
+    let parked = Status::Custom("on-hold".into());
     let m = NewMessage {
         status: Some(parked.clone()),
         ..message(Some("x"), "{}")

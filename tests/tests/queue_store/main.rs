@@ -7,6 +7,7 @@ mod identity;
 mod leases;
 mod management;
 mod retention;
+mod sessions;
 
 use std::sync::Arc;
 
@@ -121,6 +122,12 @@ macro_rules! conformance {
                 management::retry_resubmits_failed_messages,
                 management::move_and_delete_skip_leased_messages,
                 management::list_pages_by_cursor_and_filters_by_id,
+                sessions::one_head_per_session_in_key_order,
+                sessions::a_failure_parks_the_session_and_a_successful_retry_drains_it,
+                sessions::deleting_or_moving_the_blocker_drains_the_session,
+                sessions::a_handoff_blocks_until_an_operator_settles_it,
+                sessions::an_abandoned_lease_blocks_its_session,
+                sessions::concurrent_processors_keep_every_session_in_order,
             );
         )*
     };

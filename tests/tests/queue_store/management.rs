@@ -66,7 +66,7 @@ pub async fn move_and_delete_skip_leased_messages(store: Arc<dyn QueueStore>) {
     assert_eq!(status_of(&store, a.key).await, Status::Processing);
     assert!(
         store
-            .move_to(b.key, &Status::Custom("parked".into()))
+            .move_to(b.key, &Status::Custom("on-hold".into()))
             .await
             .unwrap()
     );

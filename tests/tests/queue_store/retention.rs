@@ -15,6 +15,7 @@ async fn process_all(store: &Arc<dyn QueueStore>, keep: bool) {
             keep_processed: keep,
             outcome: None,
             inbox: None,
+            session: None,
         };
         store.settle(&[s]).await.unwrap();
     }
@@ -61,6 +62,7 @@ pub async fn retention_zero_still_records_the_previous_version(store: Arc<dyn Qu
         keep_processed: false,
         outcome: None,
         inbox: None,
+        session: None,
     };
     store.settle(&[s]).await.unwrap();
     let history = store.history("q", "o-1").await.unwrap();

@@ -70,8 +70,10 @@ fn target_status(
         ApiError::bad_request(format!("the body must be {{\"status\": \"…\"}}: {e}"))
     })?;
     let status = Status::parse(&body.status);
-    if matches!(status, Status::Processing | Status::AwaitingRelease)
-        || !crate::config::is_valid_name(&body.status)
+    if matches!(
+        status,
+        Status::Processing | Status::AwaitingRelease | Status::Parked | Status::HandedOff
+    ) || !crate::config::is_valid_name(&body.status)
     {
         return Err(ApiError::bad_request(format!(
             "cannot move a message to `{}`: use pending, failed, sleeping, processed or a custom name",

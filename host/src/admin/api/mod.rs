@@ -1,5 +1,5 @@
 //! The message API under `/api/v1/`: queues with their counts by status, messages filtered
-//! by queue, status and MessageId with cursor pagination, one message with its history,
+//! by queue, status, MessageId and session with cursor pagination, blocked sessions, one message with its history,
 //! retry / move / delete (one message, or every message of a queue in a status), the
 //! deployed handlers and the deploy log. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
 
@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 mod commands;
 mod error;
+mod sessions;
 
 pub use self::commands::{BulkChanged, Changed};
 use self::commands::{delete, delete_all, move_all, move_to, retry, retry_all};
@@ -39,6 +40,9 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/messages/{key}", get(message).delete(delete))
         .route("/messages/{key}/retry", post(retry))
         .route("/messages/{key}/move", post(move_to))
+        .route("/messages/{key}/complete", post(sessions::complete))
+        .route("/messages/{key}/fail", post(sessions::fail))
+        .route("/sessions", get(sessions::blocked))
         .route("/handlers", get(super::handlers))
         .route("/deploys", get(deploys))
         .route(
@@ -114,6 +118,7 @@ struct ListQuery {
     queue: Option<String>,
     status: Option<String>,
     id: Option<String>,
+    session: Option<String>,
     /// The `next_cursor` of the previous page.
     cursor: Option<i64>,
     limit: Option<u32>,
@@ -146,6 +151,7 @@ async fn messages(
         queue: query.queue,
         status: query.status.as_deref().map(Status::parse),
         id: query.id,
+        session: query.session,
         before_key: query.cursor,
         limit: limit + 1,
     };

@@ -279,7 +279,8 @@ impl Source for ExternalSource {
     async fn settle(&self, item: Arc<Item>, verdict: Verdict) {
         let attempt = verdict.attempt;
         match verdict.disposition {
-            Disposition::Complete => {
+            // External queues have no sessions: a handoff completes the broker message.
+            Disposition::Complete | Disposition::HandOff => {
                 if !self.ack(&item).await {
                     tracing::warn!(queue = %self.name, provider = %self.provider, "the broker message's lease or lock was lost before it was acknowledged: the broker delivers it again");
                 }

@@ -58,6 +58,7 @@ impl ExternalSource {
             last_error: error,
             source_delivery_id: id,
             attempts: attempt,
+            session: None,
         };
         match self.sql.enqueue(&self.name, message, false).await {
             Ok(_) => {

@@ -60,6 +60,7 @@ impl EnqueueStatements for PgEnqueue<'_> {
                     .map(|m| m.message.attempts as i32)
                     .collect::<Vec<i32>>(),
             )
+            .bind(column(|m| m.message.session.clone()))
             .fetch_all(&mut *self.conn)
             .await?;
         let returned = rows
@@ -124,8 +125,18 @@ impl EnqueueStatements for PgEnqueue<'_> {
             .bind(&m.message.last_error)
             .bind(&m.message.source_delivery_id)
             .bind(m.message.attempts as i32)
+            .bind(&m.message.session)
             .execute(&mut *self.conn)
             .await?;
         Ok(())
+    }
+
+    async fn tend_sessions(
+        &mut self,
+        queue: &str,
+        sessions: &str,
+        now: i64,
+    ) -> Result<(), QueueError> {
+        super::sessions::tend(&mut *self.conn, queue, Some(sessions), now).await
     }
 }

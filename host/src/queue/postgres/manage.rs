@@ -28,12 +28,14 @@ const SQL: ManageSql = ManageSql {
            WHERE ($1::text IS NULL OR queue = $1) AND ($2::text IS NULL OR status = $2)
              AND ($4::text IS NULL OR (wharf_id_hash(message_id) = wharf_id_hash($4) AND message_id = $4))
              AND ($5::bigint IS NULL OR key < $5)
+             AND ($6::text IS NULL OR session_key = $6)
            ORDER BY key DESC LIMIT $3",
     retry: "UPDATE messages SET status = 'pending', process_at_ms = $1, attempts = 0, updated_at_ms = $1,
                 source_delivery_id = COALESCE(source_delivery_id, delivery_id),
                 delivery_id = replace(gen_random_uuid()::text, '-', ''), processed_at_ms = NULL, outcome = NULL
             WHERE status NOT IN ('processing', 'awaiting-release')
-              AND ($2::bigint IS NULL OR key = $2) AND ($3::text IS NULL OR (queue = $3 AND status = $4::text))",
+              AND ($2::bigint IS NULL OR key = $2) AND ($3::text IS NULL OR (queue = $3 AND status = $4::text))
+            RETURNING queue, session_key",
 };
 
 operator_commands!(PostgresStore, SQL);

@@ -6,6 +6,7 @@
 mod enqueue;
 mod listen;
 mod manage;
+mod sessions;
 mod settle;
 mod statements;
 
@@ -245,7 +246,7 @@ impl QueueStore for PostgresStore {
         lease_ms: i64,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
         let now = now_ms();
-        let rows = sqlx::query(LEASE)
+        let rows = sqlx::query(lease(false))
             .bind(now + lease_ms)
             .bind(now)
             .bind(queue)
@@ -267,7 +268,7 @@ impl QueueStore for PostgresStore {
         inbox: &super::InboxProbe,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
         let now = now_ms();
-        let sql = statements::lease_checking_inbox(&inbox.table);
+        let sql = statements::lease_checking_inbox(&inbox.table, false);
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(now + lease_ms)
             .bind(now)
@@ -277,6 +278,32 @@ impl QueueStore for PostgresStore {
             .fetch_all(&self.lease_pool)
             .await?;
         Ok(leased_in_order!(rows))
+    }
+
+    async fn lease_in_sessions(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+        inbox: Option<&super::InboxProbe>,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
+        self.lease_heads(queue, max, lease_ms, inbox).await
+    }
+
+    async fn tend_sessions(&self, queue: &str) -> Result<(), QueueError> {
+        self.tend_queue(queue).await
+    }
+
+    async fn settle_handoff(&self, key: i64, failure: Option<&str>) -> Result<bool, QueueError> {
+        self.settle_handoff_now(key, failure).await
+    }
+
+    async fn blocked_sessions(
+        &self,
+        queue: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<super::BlockedSession>, QueueError> {
+        self.blocked_now(queue, limit).await
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {

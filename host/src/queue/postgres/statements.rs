@@ -1,18 +1,26 @@
 //! The SQL statements of the PostgreSQL queue store.
 
+use std::sync::LazyLock;
+
+use crate::queue::sessions::{self, TendSql};
+
+/// How PostgreSQL reads the session keys of a JSON array `$3`.
+pub(super) static TEND: LazyLock<TendSql> =
+    LazyLock::new(|| TendSql::new("SELECT jsonb_array_elements_text($3::jsonb)"));
+
 /// Insert a round of new messages (one array per column, `$1` the queue, `$2` now); an id
 /// already stored is skipped. Keys follow the batch order, so first enqueued is first leased.
 /// Returns the key of each inserted message with its delivery id.
 pub(super) const INSERT_MANY: &str = "
 INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, headers, priority, status,
                       process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms, last_error,
-                      source_delivery_id, attempts)
+                      source_delivery_id, attempts, session_key)
 SELECT $1, m.message_id, m.delivery_id, m.payload, m.payload_hash, m.headers, m.priority, m.status,
-       m.process_at_ms, $2, $2, $2, m.last_error, m.source_delivery_id, m.attempts
+       m.process_at_ms, $2, $2, $2, m.last_error, m.source_delivery_id, m.attempts, m.session_key
 FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int4[], $9::text[],
-            $10::int8[], $11::text[], $12::text[], $13::int4[]) WITH ORDINALITY
+            $10::int8[], $11::text[], $12::text[], $13::int4[], $14::text[]) WITH ORDINALITY
      AS m(message_id, delivery_id, payload, payload_hash, headers, priority, status, process_at_ms,
-          last_error, source_delivery_id, attempts, position)
+          last_error, source_delivery_id, attempts, session_key, position)
 ORDER BY m.position
 ON CONFLICT (queue, wharf_id_hash(message_id)) WHERE message_id IS NOT NULL DO NOTHING
 RETURNING key, delivery_id";
@@ -54,29 +62,49 @@ pub(super) const REPLACE: &str = "
 UPDATE messages SET delivery_id = $1, payload = $2, payload_hash = $3, headers = $4, priority = $5,
     status = $6, process_at_ms = $7, enqueued_at_ms = $8, updated_at_ms = $8, attempts = $12, last_error = $10,
     processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
-    source_delivery_id = $11, outcome = NULL
+    source_delivery_id = $11, outcome = NULL, session_key = $13
 WHERE key = $9";
 
-pub(super) const LEASE: &str = "
+/// Lease up to `$4` ready messages of queue `$3` (`$2` now, until `$1`); `guard` adds a
+/// condition on each candidate row (`messages`).
+fn lease_with(guard: &str) -> String {
+    format!(
+        "
 UPDATE messages m
 SET status = 'processing', attempts = m.attempts + 1, lease_token = m.lease_token + 1,
     lease_expires_at_ms = $1, updated_at_ms = $2
 FROM (SELECT key FROM messages
-      WHERE queue = $3 AND status IN ('pending', 'sleeping') AND process_at_ms <= $2
+      WHERE queue = $3 AND status IN ('pending', 'sleeping') AND process_at_ms <= $2 {guard}
       ORDER BY priority DESC, process_at_ms, key
       LIMIT $4
       FOR UPDATE SKIP LOCKED) ready
 WHERE m.key = ready.key
 RETURNING m.key, m.queue, m.message_id, m.delivery_id, m.payload, m.headers, m.priority, m.attempts,
-          m.lease_token, m.enqueued_at_ms, m.process_at_ms, m.source_delivery_id";
+          m.lease_token, m.enqueued_at_ms, m.process_at_ms, m.source_delivery_id, m.session_key"
+    )
+}
+
+static LEASE: LazyLock<String> = LazyLock::new(|| lease_with(""));
+static LEASE_IN_SESSIONS: LazyLock<String> =
+    LazyLock::new(|| lease_with(&format!("AND {}", sessions::head_guard())));
+
+/// The lease statement: plain, or leasing only the heads of sessions.
+pub(super) fn lease(sessions: bool) -> &'static str {
+    if sessions {
+        LEASE_IN_SESSIONS.as_str()
+    } else {
+        LEASE.as_str()
+    }
+}
 
 /// [`LEASE`] with each delivery checked against an inbox table (`{inbox}`, endpoint `$5`):
 /// the key is SHA-256 over the length-delimited (endpoint, delivery id) encoding, the same
 /// bytes as `InboxKey::new`. A lateral lookup, not `EXISTS`: PostgreSQL turns an uncorrelated
 /// `EXISTS` into a hashed sub-plan that scans the whole inbox table on every lease.
-pub(super) fn lease_checking_inbox(inbox_table: &str) -> String {
+pub(super) fn lease_checking_inbox(inbox_table: &str, sessions: bool) -> String {
+    let lease = lease(sessions);
     format!(
-        "WITH leased AS ({LEASE})
+        "WITH leased AS ({lease})
 SELECT leased.*, seen.hit IS NOT NULL AS inbox_processed
 FROM leased LEFT JOIN LATERAL (
     SELECT 1 AS hit FROM {inbox_table} i
@@ -105,7 +133,7 @@ UPDATE messages SET status = CASE WHEN $2 <= $1 THEN 'pending' ELSE 'sleeping' E
 WHERE key = $4 AND lease_token = $5 AND status = 'processing'";
 
 pub(super) const FAIL: &str = "
-UPDATE messages SET status = 'failed', last_error = $2, updated_at_ms = $1, lease_expires_at_ms = NULL
+UPDATE messages SET status = 'failed', last_error = $2, outcome = NULL, updated_at_ms = $1, lease_expires_at_ms = NULL
 WHERE key = $3 AND lease_token = $4 AND status = 'processing'";
 
 pub(super) const RELEASE: &str = "
@@ -131,6 +159,7 @@ WHERE status = 'awaiting-release'
 pub(super) const EXPIRE: &str = "
 UPDATE messages
 SET status = CASE WHEN NOT $4 OR attempts >= $3 THEN 'failed' ELSE 'pending' END,
+    outcome = NULL,
     last_error = 'lease expired before the message was settled (attempt ' || attempts || ')',
     lease_expires_at_ms = NULL, updated_at_ms = $1
 WHERE queue = $2 AND status = 'processing' AND lease_expires_at_ms <= $1";

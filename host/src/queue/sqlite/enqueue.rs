@@ -25,7 +25,7 @@ impl EnqueueStatements for SqliteEnqueue<'_> {
         let mut insert = QueryBuilder::<Sqlite>::new(
             "INSERT INTO messages (queue, message_id, delivery_id, payload, payload_hash, headers,
                 priority, status, process_at_ms, created_at_ms, enqueued_at_ms, updated_at_ms,
-                last_error, source_delivery_id, attempts) ",
+                last_error, source_delivery_id, attempts, session_key) ",
         );
         insert.push_values(round, |mut row, m| {
             row.push_bind(queue)
@@ -42,7 +42,8 @@ impl EnqueueStatements for SqliteEnqueue<'_> {
                 .push_bind(now)
                 .push_bind(m.message.last_error.as_deref())
                 .push_bind(m.message.source_delivery_id.as_deref())
-                .push_bind(m.message.attempts as i64);
+                .push_bind(m.message.attempts as i64)
+                .push_bind(m.message.session.as_deref());
         });
         insert.push(
             " ON CONFLICT (queue, message_id) WHERE message_id IS NOT NULL DO NOTHING
@@ -123,8 +124,18 @@ impl EnqueueStatements for SqliteEnqueue<'_> {
             .bind(&m.message.last_error)
             .bind(&m.message.source_delivery_id)
             .bind(m.message.attempts as i64)
+            .bind(&m.message.session)
             .execute(&mut *self.conn)
             .await?;
         Ok(())
+    }
+
+    async fn tend_sessions(
+        &mut self,
+        queue: &str,
+        sessions: &str,
+        now: i64,
+    ) -> Result<(), QueueError> {
+        super::sessions::tend(&mut *self.conn, queue, Some(sessions), now).await
     }
 }

@@ -23,12 +23,14 @@ const SQL: ManageSql = ManageSql {
     list: "SELECT * FROM messages
            WHERE ($1 IS NULL OR queue = $1) AND ($2 IS NULL OR status = $2)
              AND ($4 IS NULL OR message_id = $4) AND ($5 IS NULL OR key < $5)
+             AND ($6 IS NULL OR session_key = $6)
            ORDER BY key DESC LIMIT $3",
     retry: "UPDATE messages SET status = 'pending', process_at_ms = $1, attempts = 0, updated_at_ms = $1,
                 source_delivery_id = COALESCE(source_delivery_id, delivery_id),
                 delivery_id = lower(hex(randomblob(16))), processed_at_ms = NULL, outcome = NULL
             WHERE status NOT IN ('processing', 'awaiting-release')
-              AND ($2 IS NULL OR key = $2) AND ($3 IS NULL OR (queue = $3 AND status = $4))",
+              AND ($2 IS NULL OR key = $2) AND ($3 IS NULL OR (queue = $3 AND status = $4))
+            RETURNING queue, session_key",
 };
 
 operator_commands!(SqliteStore, SQL);

@@ -5,6 +5,7 @@
 mod enqueue;
 mod manage;
 mod migrate;
+mod sessions;
 mod settle;
 mod statements;
 
@@ -139,7 +140,7 @@ impl QueueStore for SqliteStore {
         lease_ms: i64,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
         let now = now_ms();
-        let rows = sqlx::query(LEASE)
+        let rows = sqlx::query(lease(false))
             .bind(now + lease_ms)
             .bind(now)
             .bind(queue)
@@ -147,6 +148,32 @@ impl QueueStore for SqliteStore {
             .fetch_all(&self.pool)
             .await?;
         Ok(leased_in_order!(rows))
+    }
+
+    async fn lease_in_sessions(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+        inbox: Option<&super::InboxProbe>,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
+        self.lease_heads(queue, max, lease_ms, inbox).await
+    }
+
+    async fn tend_sessions(&self, queue: &str) -> Result<(), QueueError> {
+        self.tend_queue(queue).await
+    }
+
+    async fn settle_handoff(&self, key: i64, failure: Option<&str>) -> Result<bool, QueueError> {
+        self.settle_handoff_now(key, failure).await
+    }
+
+    async fn blocked_sessions(
+        &self,
+        queue: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<super::BlockedSession>, QueueError> {
+        self.blocked_now(queue, limit).await
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {

@@ -9,6 +9,7 @@ use sqlx::SqliteConnection;
 use super::statements::{
     APPLY_NEXT, COMPLETE_MANY, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
 };
+use crate::queue::sessions::HAND_OFF;
 use crate::queue::settle::SettleStatements;
 use crate::queue::{InboxWrite, Lease, QueueError, Settlement, record_sqlite};
 
@@ -123,5 +124,24 @@ impl SettleStatements for SqliteSettle<'_> {
             .execute(&mut *self.conn)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn hand_off(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError> {
+        let done = sqlx::query(HAND_OFF)
+            .bind(now)
+            .bind(lease.key)
+            .bind(lease.token)
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn tend_sessions(
+        &mut self,
+        queue: &str,
+        sessions: &str,
+        now: i64,
+    ) -> Result<(), QueueError> {
+        super::sessions::tend(&mut *self.conn, queue, Some(sessions), now).await
     }
 }

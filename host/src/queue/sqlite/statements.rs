@@ -1,5 +1,13 @@
 //! The SQL statements of the SQLite queue store.
 
+use std::sync::LazyLock;
+
+use crate::queue::sessions::{self, TendSql};
+
+/// How SQLite reads the session keys of a JSON array `$3`.
+pub(super) static TEND: LazyLock<TendSql> =
+    LazyLock::new(|| TendSql::new("SELECT value FROM json_each($3)"));
+
 pub(super) const DEFER: &str = "
 UPDATE messages SET next_delivery_id = ?1, next_payload = ?2, next_payload_hash = ?3, next_headers = ?4,
     next_priority = ?5, next_process_at_ms = ?6, next_status = ?7, next_enqueued_at_ms = ?8,
@@ -21,20 +29,39 @@ pub(super) const REPLACE: &str = "
 UPDATE messages SET delivery_id = ?1, payload = ?2, payload_hash = ?3, headers = ?4, priority = ?5,
     status = ?6, process_at_ms = ?7, enqueued_at_ms = ?8, updated_at_ms = ?8, attempts = ?12, last_error = ?10,
     processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
-    source_delivery_id = ?11, outcome = NULL
+    source_delivery_id = ?11, outcome = NULL, session_key = ?13
 WHERE key = ?9";
 
-pub(super) const LEASE: &str = "
+/// Lease up to `?4` ready messages of queue `?3` (`?2` now, until `?1`); `guard` adds a
+/// condition on each candidate row (`messages`).
+fn lease_with(guard: &str) -> String {
+    format!(
+        "
 UPDATE messages
 SET status = 'processing', attempts = attempts + 1, lease_token = lease_token + 1,
     lease_expires_at_ms = ?1, updated_at_ms = ?2
 WHERE key IN (
     SELECT key FROM messages
-    WHERE queue = ?3 AND status IN ('pending', 'sleeping') AND process_at_ms <= ?2
+    WHERE queue = ?3 AND status IN ('pending', 'sleeping') AND process_at_ms <= ?2 {guard}
     ORDER BY priority DESC, process_at_ms, key
     LIMIT ?4)
 RETURNING key, queue, message_id, delivery_id, payload, headers, priority, attempts,
-          lease_token, enqueued_at_ms, process_at_ms, source_delivery_id";
+          lease_token, enqueued_at_ms, process_at_ms, source_delivery_id, session_key"
+    )
+}
+
+static LEASE: LazyLock<String> = LazyLock::new(|| lease_with(""));
+static LEASE_IN_SESSIONS: LazyLock<String> =
+    LazyLock::new(|| lease_with(&format!("AND {}", sessions::head_guard())));
+
+/// The lease statement: plain, or leasing only the heads of sessions.
+pub(super) fn lease(sessions: bool) -> &'static str {
+    if sessions {
+        LEASE_IN_SESSIONS.as_str()
+    } else {
+        LEASE.as_str()
+    }
+}
 
 /// Complete the leases of the JSON array `?2` (`[[key, token, outcome], …]`) kept as
 /// processed, in one statement; returns the leases it completed.
@@ -57,7 +84,7 @@ UPDATE messages SET status = CASE WHEN ?2 <= ?1 THEN 'pending' ELSE 'sleeping' E
 WHERE key = ?4 AND lease_token = ?5 AND status = 'processing'";
 
 pub(super) const FAIL: &str = "
-UPDATE messages SET status = 'failed', last_error = ?2, updated_at_ms = ?1, lease_expires_at_ms = NULL
+UPDATE messages SET status = 'failed', last_error = ?2, outcome = NULL, updated_at_ms = ?1, lease_expires_at_ms = NULL
 WHERE key = ?3 AND lease_token = ?4 AND status = 'processing'";
 
 pub(super) const RELEASE: &str = "
@@ -85,6 +112,7 @@ WHERE status = 'awaiting-release'
 pub(super) const EXPIRE: &str = "
 UPDATE messages
 SET status = CASE WHEN ?4 = 0 OR attempts >= ?3 THEN 'failed' ELSE 'pending' END,
+    outcome = NULL,
     last_error = 'lease expired before the message was settled (attempt ' || attempts || ')',
     lease_expires_at_ms = NULL, updated_at_ms = ?1
 WHERE queue = ?2 AND status = 'processing' AND lease_expires_at_ms <= ?1";
