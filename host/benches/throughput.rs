@@ -16,7 +16,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wharf_host::Config;
 
@@ -172,27 +172,9 @@ async fn run_once(row: Row, messages: u64, run: usize) -> (f64, f64) {
     let host = wharf_host::start(Config::load(&config).unwrap())
         .await
         .unwrap();
-    let processed = || PROCESSED.load(Ordering::Relaxed) - base;
-    let (low, high) = (messages / 100, messages * 99 / 100);
-    // When the count first reached 1 % and 99 % (time, count then).
-    let mut first: Option<(Instant, u64)> = None;
-    let mut last: Option<(Instant, u64)> = None;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while processed() < messages {
-        assert!(Instant::now() < deadline, "{}: did not drain", row.label());
-        let (n, now) = (processed(), Instant::now());
-        if first.is_none() && n >= low {
-            first = Some((now, n));
-        }
-        if last.is_none() && n >= high {
-            last = Some((now, n));
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let drain = common::time_drain(base, messages, &row.label()).await;
     host.shutdown().await;
     place.clean(row.store).await;
-    let ((t0, n0), (t1, n1)) = (first.unwrap(), last.unwrap());
-    let drain = (n1 - n0) as f64 / (t1 - t0).as_secs_f64();
     (messages as f64 / enqueue_s, drain)
 }
 

@@ -286,10 +286,10 @@ fn cli_manages_messages_and_imports_json_lines() {
     assert_eq!(code, 0);
     let history: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert!(!history.as_array().unwrap().is_empty());
-    // Park it, list by the custom status, resubmit, delete.
-    let (code, stdout, _) = run(&dir, &["messages", "move", &key, "parked"]);
+    // Hold it, list by the custom status, resubmit, delete.
+    let (code, stdout, _) = run(&dir, &["messages", "move", &key, "on-hold"]);
     assert_eq!(code, 0, "{stdout}");
-    let (_, stdout, _) = run(&dir, &["messages", "list", "--status", "parked", "--json"]);
+    let (_, stdout, _) = run(&dir, &["messages", "list", "--status", "on-hold", "--json"]);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&stdout)
             .unwrap()
@@ -303,7 +303,9 @@ fn cli_manages_messages_and_imports_json_lines() {
     assert!(stderr.contains("cannot be set by hand"), "{stderr}");
     let (code, stdout, _) = run(
         &dir,
-        &["messages", "retry", "--queue", "work", "--status", "parked"],
+        &[
+            "messages", "retry", "--queue", "work", "--status", "on-hold",
+        ],
     );
     assert_eq!(code, 0);
     assert!(

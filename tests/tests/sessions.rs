@@ -401,6 +401,68 @@ sessions = true
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_enqueues_into_sessions_and_an_import_keeps_each_session_in_file_order() {
+    let dir = TestDir::new();
+    dir.write_config(&queues(8));
+    let (ok, _, err) = dir.wharf(&["enqueue", "orders", r#"{"n":1}"#, "--session", "a"]);
+    assert!(ok, "{err}");
+    // Many lines, sessions interleaved: the import spreads them over parallel producers.
+    let lines: String = (0..3000)
+        .map(|n| format!("{{\"customer\":\"c{}\",\"n\":{n}}}\n", n % 7))
+        .collect();
+    std::fs::write(dir.path("events.jsonl"), lines).unwrap();
+    let (ok, _, err) = dir.wharf(&[
+        "enqueue",
+        "orders",
+        "--file",
+        "events.jsonl",
+        "--session-from",
+        "/customer",
+    ]);
+    assert!(ok, "{err}");
+    let store = dir.sqlite_store().await;
+    let all = store
+        .list(&wharf_host::queue::MessageFilter {
+            queue: Some("orders".into()),
+            limit: 10_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 3001);
+    let mut by_session: BTreeMap<String, Vec<(i64, u64)>> = BTreeMap::new();
+    for m in &all {
+        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+        by_session
+            .entry(m.session.clone().expect("every message has its session"))
+            .or_default()
+            .push((m.key, v["n"].as_u64().unwrap()));
+    }
+    assert_eq!(by_session.len(), 8, "a and c0..c6");
+    for (session, mut rows) in by_session {
+        rows.sort();
+        let ns: Vec<u64> = rows.iter().map(|(_, n)| *n).collect();
+        let mut sorted = ns.clone();
+        sorted.sort();
+        assert_eq!(ns, sorted, "session {session} is in file order");
+    }
+    // A line without the field stops the import, naming it.
+    std::fs::write(dir.path("bad.jsonl"), "{\"customer\":\"c1\"}\n{\"n\":2}\n").unwrap();
+    let (ok, _, err) = dir.wharf(&[
+        "enqueue",
+        "orders",
+        "--file",
+        "bad.jsonl",
+        "--session-from",
+        "/customer",
+    ]);
+    assert!(
+        !ok && err.contains("bad.jsonl:2") && err.contains("/customer"),
+        "{err}"
+    );
+}
+
 async fn set_payload(dir: &TestDir, key: i64, payload: &str) {
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.path("wharf.db").display()))
         .await

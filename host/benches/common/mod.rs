@@ -72,6 +72,32 @@ pub fn count_processed() {
     tracing::subscriber::set_global_default(counting).expect("no other subscriber");
 }
 
+/// Drain rate of a host that processes `messages` beyond the count `base` ([`PROCESSED`]
+/// read before it started), timed between 1 % and 99 % processed; panics naming `label`
+/// when it does not drain within five minutes.
+pub async fn time_drain(base: u64, messages: u64, label: &str) -> f64 {
+    use std::time::{Duration, Instant};
+    let processed = || PROCESSED.load(Ordering::Relaxed) - base;
+    let (low, high) = (messages / 100, messages * 99 / 100);
+    // When the count first reached 1 % and 99 % (time, count then).
+    let mut first: Option<(Instant, u64)> = None;
+    let mut last: Option<(Instant, u64)> = None;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while processed() < messages {
+        assert!(Instant::now() < deadline, "{label}: did not drain");
+        let (n, now) = (processed(), Instant::now());
+        if first.is_none() && n >= low {
+            first = Some((now, n));
+        }
+        if last.is_none() && n >= high {
+            last = Some((now, n));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let ((t0, n0), (t1, n1)) = (first.unwrap(), last.unwrap());
+    (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
+}
+
 /// The Redis the benches use (`REDIS_URL`, default on loopback).
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())

@@ -168,6 +168,122 @@ pub(crate) fn by_queue<'a>(
         .collect()
 }
 
+/// Implement the session commands shared by both dialects, in a store module that defines
+/// `$store` (with a `pool` for writes and `readers()`), on connections of type `$conn`, with
+/// that dialect's [`TendSql`] `$tend`: `tend` and `tend_touched` (in the caller's
+/// transaction), and the store's `settle_handoff_now`, `tend_queue` and `blocked_now`.
+macro_rules! session_commands {
+    ($store:ty, $conn:ty, $tend:expr) => {
+        /// Park and drain the sessions of `queue`: those in the JSON array `sessions`, or with
+        /// `None` every session of the queue with a blocker or parked messages.
+        pub(super) async fn tend(
+            conn: &mut $conn,
+            queue: &str,
+            sessions: Option<&str>,
+            now: i64,
+        ) -> Result<(), $crate::queue::QueueError> {
+            let tend: &$crate::queue::sessions::TendSql = &$tend;
+            let (park, drain) = match sessions {
+                Some(_) => (&tend.park_listed, &tend.drain_listed),
+                None => (&tend.park_troubled, &tend.drain_troubled),
+            };
+            for sql in [park, drain] {
+                let mut statement = sqlx::query(sql.as_str()).bind(queue).bind(now);
+                if let Some(list) = sessions {
+                    statement = statement.bind(list);
+                }
+                statement.execute(&mut *conn).await?;
+            }
+            Ok(())
+        }
+
+        /// Tend the sessions of the messages an operator command changed (their queue and session,
+        /// as its `RETURNING` gave them).
+        pub(super) async fn tend_touched(
+            conn: &mut $conn,
+            touched: &[(String, Option<String>)],
+            now: i64,
+        ) -> Result<(), $crate::queue::QueueError> {
+            let pairs = touched
+                .iter()
+                .filter_map(|(queue, session)| Some((queue.as_str(), session.as_deref()?)));
+            for (queue, list) in $crate::queue::sessions::by_queue(pairs) {
+                tend(conn, queue, Some(&list), now).await?;
+            }
+            Ok(())
+        }
+
+        impl $store {
+            /// Settle a handed-off message (see [`crate::queue::QueueStore::settle_handoff`]).
+            pub(super) async fn settle_handoff_now(
+                &self,
+                key: i64,
+                failure: Option<&str>,
+            ) -> Result<bool, $crate::queue::QueueError> {
+                let now = $crate::queue::now_ms();
+                let mut tx = self.pool.begin().await?;
+                let status = if failure.is_some() {
+                    "failed"
+                } else {
+                    "processed"
+                };
+                let touched: Vec<(String, Option<String>)> =
+                    sqlx::query_as($crate::queue::sessions::SETTLE_HANDOFF)
+                        .bind(now)
+                        .bind(status)
+                        .bind(key)
+                        .bind(failure)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                tend_touched(&mut tx, &touched, now).await?;
+                tx.commit().await?;
+                Ok(!touched.is_empty())
+            }
+
+            /// Tend every troubled session of a queue (see [`crate::queue::QueueStore::tend_sessions`]).
+            pub(super) async fn tend_queue(
+                &self,
+                queue: &str,
+            ) -> Result<(), $crate::queue::QueueError> {
+                let mut tx = self.pool.begin().await?;
+                tend(&mut tx, queue, None, $crate::queue::now_ms()).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            /// Blocked sessions (see [`crate::queue::QueueStore::blocked_sessions`]).
+            pub(super) async fn blocked_now(
+                &self,
+                queue: Option<&str>,
+                limit: u32,
+            ) -> Result<Vec<$crate::queue::BlockedSession>, $crate::queue::QueueError> {
+                let rows = sqlx::query($crate::queue::sessions::BLOCKED)
+                    .bind(queue)
+                    .bind(limit as i64)
+                    .fetch_all(self.readers())
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        use sqlx::Row;
+                        Ok($crate::queue::BlockedSession {
+                            queue: r.try_get("queue")?,
+                            session: r.try_get("session_key")?,
+                            blocked_by_key: r.try_get("key")?,
+                            blocked_by_id: r.try_get("message_id")?,
+                            blocked_by_delivery_id: r.try_get("blocker_delivery")?,
+                            status: $crate::queue::Status::parse(r.try_get::<&str, _>("status")?),
+                            last_error: r.try_get("last_error")?,
+                            parked: r.try_get::<i64, _>("parked")? as u64,
+                            since_ms: r.try_get("updated_at_ms")?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    };
+}
+pub(crate) use session_commands;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,11 +52,19 @@ pub(super) async fn complete(State(state): State<AppState>, Key(key): Key) -> Ap
 pub(super) async fn fail(
     State(state): State<AppState>,
     Key(key): Key,
-    body: Option<Json<FailBody>>,
+    body: axum::body::Bytes,
 ) -> ApiResult<Changed> {
-    let error = body
-        .and_then(|Json(b)| b.error)
-        .unwrap_or_else(|| "the handoff failed".to_string());
+    let given = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let body: FailBody = serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body must be empty or {{\"error\": \"…\"}}: {e}"
+            ))
+        })?;
+        body.error
+    };
+    let error = given.unwrap_or_else(|| "the handoff failed".to_string());
     settle(&state, key, Some(&error)).await
 }
 

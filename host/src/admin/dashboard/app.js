@@ -104,7 +104,7 @@ async function healthBadge() {
 // ---- Views -----------------------------------------------------------------------------
 
 async function overview() {
-  const [queues, report] = await Promise.all([api("/queues"), healthBadge()]);
+  const [queues, report, blocked] = await Promise.all([api("/queues"), healthBadge(), api("/sessions?limit=50")]);
   const rows = queues.map((q) => {
     const counts = Object.entries(q.counts);
     return h("tr", { "data-queue": q.name },
@@ -130,6 +130,17 @@ async function overview() {
     table(["Queue", "Storage", "Handler", "Messages by status", { label: "Processed/s", num: true },
       { label: "Failed/s", num: true }], rows, "No queues are configured."),
     h("p", { class: "muted" }, `Counts taken ${age(queues)}; rates are per second over the last minute. Refreshes every 5 s.`),
+    h("h2", {}, "Blocked sessions"),
+    table(["Queue", "Session", "Blocked by", "Status", { label: "Parked", num: true }, "Since", "Error"],
+      blocked.map((b) => h("tr", { "data-session": b.session },
+        h("td", {}, b.queue),
+        h("td", {}, h("a", { href: `#/messages?queue=${encodeURIComponent(b.queue)}&session=${encodeURIComponent(b.session)}` }, b.session)),
+        h("td", { class: "num" }, h("a", { href: `#/message/${b.blocked_by_key}` }, b.blocked_by_key)),
+        h("td", {}, statusBadge(b.status)),
+        h("td", { class: "num" }, b.parked),
+        h("td", { class: "muted" }, time(b.since_ms)),
+        h("td", { class: "clip error", title: b.last_error || "" }, b.last_error || ""))),
+      "No session is blocked."),
     h("h2", {}, "Health"),
     table(["Check", "State", "Detail"], checks, "No health checks are registered.")];
 }
@@ -145,7 +156,23 @@ function messageActions(m, after) {
       flash(`${what} failed: ${e.message}`, true);
     }
   };
+  const handedOff = m.status === "handed-off";
   return h("div", { class: "actions" },
+    handedOff ? h("button", {
+      "data-action": "complete",
+      onclick: () => act("Completed", () => api(`/messages/${m.key}/complete`, { method: "POST" })),
+    }, "Complete") : null,
+    handedOff ? h("button", {
+      class: "danger", "data-action": "fail",
+      onclick: () => {
+        const error = prompt(`Settle message ${m.key} as failed — why?`, "the handoff failed");
+        if (error !== null) {
+          act("Failed", () => api(`/messages/${m.key}/fail`, {
+            method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ error }),
+          }));
+        }
+      },
+    }, "Fail") : null,
     h("button", {
       "data-action": "retry", disabled: m.status === "processing",
       onclick: () => act("Retried", () => api(`/messages/${m.key}/retry`, { method: "POST" })),
@@ -164,9 +191,10 @@ async function messages(params) {
   const queue = params.get("queue") || "";
   const status = params.get("status") || "";
   const id = params.get("id") || "";
+  const session = params.get("session") || "";
   const cursor = params.get("cursor") || "";
   const query = new URLSearchParams();
-  for (const [k, v] of [["queue", queue], ["status", status], ["id", id], ["cursor", cursor]]) {
+  for (const [k, v] of [["queue", queue], ["status", status], ["id", id], ["session", session], ["cursor", cursor]]) {
     if (v) query.set(k, v);
   }
   query.set("limit", "50");
@@ -177,12 +205,12 @@ async function messages(params) {
     for (const [k, v] of Object.entries(changes)) { if (v) next.set(k, v); else next.delete(k); }
     location.hash = `#/messages?${next}`;
   };
-  const statuses = ["", "pending", "processing", "failed", "sleeping", "processed", "awaiting-release"];
+  const statuses = ["", "pending", "processing", "failed", "sleeping", "processed", "awaiting-release", "parked", "handed-off"];
   if (status && !statuses.includes(status)) statuses.push(status);
   const filters = h("form", { class: "toolbar", onsubmit: (e) => {
     e.preventDefault();
     const form = new FormData(e.target);
-    go({ queue: form.get("queue"), status: form.get("status"), id: form.get("id").trim() });
+    go({ queue: form.get("queue"), status: form.get("status"), id: form.get("id").trim(), session: form.get("session").trim() });
   } },
   h("label", {}, "Queue", h("select", { name: "queue" },
     h("option", { value: "" }, "all queues"),
@@ -190,6 +218,7 @@ async function messages(params) {
   h("label", {}, "Status", h("select", { name: "status" },
     statuses.map((s) => h("option", { value: s, selected: s === status }, s || "any status")))),
   h("label", {}, "MessageId", h("input", { name: "id", value: id, placeholder: "exact id" })),
+  h("label", {}, "Session", h("input", { name: "session", value: session, placeholder: "session key" })),
   h("button", { type: "submit" }, "Filter"),
   queue && status ? h("button", {
     type: "button", "data-action": "retry-all",
