@@ -138,6 +138,20 @@ await step("handlers and the deploy log, with the rejected file's reason", async
   await shot("07-handlers");
 });
 
+await step("a blocked session shows its blocker, and Complete settles its handoff", async () => {
+  await page.click("a[data-nav=overview]");
+  await page.waitForSelector("tr[data-session=order-7]", timeout);
+  report.blockedBy = Number(await page.textContent("tr[data-session=order-7] td:nth-child(3)"));
+  report.parked = Number(await page.textContent("tr[data-session=order-7] td:nth-child(5)"));
+  await shot("08-sessions");
+  await page.click("tr[data-session=order-7] td:nth-child(2) a");
+  await page.waitForSelector(`tr[data-key="${report.blockedBy}"] button[data-action=complete]`, timeout);
+  await page.click(`tr[data-key="${report.blockedBy}"] button[data-action=complete]`);
+  await page.waitForSelector(`#flash:text('Completed: message ${report.blockedBy}')`, timeout);
+  await page.click("a[data-nav=overview]");
+  await page.waitForSelector("p:text('No session is blocked.')", timeout);
+});
+
 await step("forgetting the token asks for it again", async () => {
   await page.click("#sign-out");
   await page.waitForSelector("form#token", timeout);

@@ -1,10 +1,10 @@
 //! The dashboard in a real browser (headless Chromium driven by Playwright, both installed by
 //! `cargo xtask test`): an operator opens it, is asked for the admin token, sees the queue's
 //! counts and health, lists the failed messages with their errors, retries one, deletes one,
-//! opens one with its payload and history, replays it against an uploaded candidate and looks
-//! at the handlers and the deploy log. Every action is checked against the store, and no page
-//! error, failed request or request to another origin may happen. Screenshots of each view
-//! are written to `target/screenshots/dashboard/`.
+//! opens one with its payload and history, replays it against an uploaded candidate, looks at
+//! the handlers and the deploy log, and settles the handoff that blocks a session. Every action
+//! is checked against the store, and no page error, failed request or request to another
+//! origin may happen. Screenshots of each view are written to `target/screenshots/dashboard/`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,7 +31,8 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     dir.deploy("export", "trap");
     let host = dir
         .start(&format!(
-            "[admin]\ntoken = \"{TOKEN}\"\n\n[queues.work]\nhandler = \"export\"\nmax_attempts = 1\n"
+            "[admin]\ntoken = \"{TOKEN}\"\n\n[queues.work]\nhandler = \"export\"\nmax_attempts = 1\n\n\
+             [queues.orders]\nhandler = \"export\"\nsessions = true\n"
         ))
         .await;
     let mut failing = Vec::new();
@@ -87,6 +88,24 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
             .key;
         wait_status(&host, key, Status::Processed, T).await;
     }
+    // A session blocked by a handoff, one message parked behind it.
+    let mut session = Vec::new();
+    for payload in [json!({ "handoff": true }), json!({ "n": 9 })] {
+        let message = NewMessage {
+            payload: payload.to_string(),
+            session: Some("order-7".into()),
+            ..Default::default()
+        };
+        session.push(
+            host.store
+                .enqueue("orders", message, false)
+                .await
+                .unwrap()
+                .key,
+        );
+    }
+    wait_status(&host, session[0], Status::HandedOff, T).await;
+    wait_status(&host, session[1], Status::Parked, T).await;
     let before: Vec<_> = {
         let mut out = Vec::new();
         for key in &failing {
@@ -113,7 +132,7 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("the script's JSON report");
     assert_eq!(report["problems"], json!([]), "{report}");
-    assert_eq!(report["steps"].as_array().unwrap().len(), 10, "{report}");
+    assert_eq!(report["steps"].as_array().unwrap().len(), 11, "{report}");
 
     // The failed list showed exactly the three failures, newest first, with their errors.
     let mut newest_first = failing.clone();
@@ -180,6 +199,14 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
         "replay must not change the message"
     );
     assert_eq!(after.delivery_id, stored.delivery_id);
+
+    // The blocked session showed its blocker; Complete settled the handoff and it drained.
+    assert_eq!(report["blockedBy"], json!(session[0]));
+    assert_eq!(report["parked"], json!(1));
+    let settled = host.store.get(session[0]).await.unwrap().unwrap();
+    assert_eq!(settled.status, Status::Processed);
+    assert_eq!(settled.outcome.as_deref(), Some("handoff completed"));
+    wait_status(&host, session[1], Status::Processed, T).await;
 
     // The deploy log showed why `broken` was rejected.
     assert!(

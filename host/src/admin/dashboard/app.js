@@ -131,7 +131,7 @@ async function overview() {
       { label: "Failed/s", num: true }], rows, "No queues are configured."),
     h("p", { class: "muted" }, `Counts taken ${age(queues)}; rates are per second over the last minute. Refreshes every 5 s.`),
     h("h2", {}, "Blocked sessions"),
-    table(["Queue", "Session", "Blocked by", "Status", { label: "Parked", num: true }, "Since", "Error"],
+    table(["Queue", "Session", { label: "Blocked by", num: true }, "Status", { label: "Parked", num: true }, "Since", "Error"],
       blocked.map((b) => h("tr", { "data-session": b.session },
         h("td", {}, b.queue),
         h("td", {}, h("a", { href: `#/messages?queue=${encodeURIComponent(b.queue)}&session=${encodeURIComponent(b.session)}` }, b.session)),
