@@ -6,3 +6,7 @@ ALTER TABLE messages ADD COLUMN session_key TEXT;
 CREATE INDEX IF NOT EXISTS messages_session ON messages (queue, session_key, key)
     WHERE session_key IS NOT NULL
       AND status IN ('pending', 'sleeping', 'parked', 'processing', 'awaiting-release', 'failed', 'handed-off');
+-- The messages that block their session: few, so finding the blocked sessions among many is
+-- one probe each.
+CREATE INDEX IF NOT EXISTS messages_session_blockers ON messages (queue, session_key)
+    WHERE session_key IS NOT NULL AND (status = 'handed-off' OR (status = 'failed' AND outcome IS NULL));

@@ -163,6 +163,15 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
         .map_err(|(name, e)| {
             anyhow::anyhow!("opening provider `{name}` ([providers.{name}]): {e}")
         })?;
+    if (args.session.is_some() || args.session_from.is_some())
+        && config.queues.get(&args.queue).is_some_and(|q| !q.sessions)
+    {
+        providers.close().await;
+        anyhow::bail!(
+            "queue `{0}` does not keep sessions: add `sessions = true` to [queues.{0}] (or leave out --session)",
+            args.queue
+        );
+    }
     let router = QueueRouter::new(store, &config, &providers);
     let template = NewMessage {
         id: args.id.clone(),

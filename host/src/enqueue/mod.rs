@@ -110,6 +110,8 @@ struct Route {
     wake: Arc<Notify>,
     idempotent: bool,
     max_payload: u64,
+    /// Whether the queue keeps sessions; without, a message's session key is dropped.
+    sessions: bool,
     /// For `storage = "external"`: the provider holding its pending messages.
     external: Option<ExternalRoute>,
     /// Single enqueues into the SQL queue, written together.
@@ -166,6 +168,7 @@ impl QueueRouter {
                         wake,
                         idempotent: q.idempotent,
                         max_payload: q.max_payload.as_u64(),
+                        sessions: q.sessions,
                         external: ExternalRoute::of(q, providers),
                         group: Arc::new(group),
                     },
@@ -336,8 +339,15 @@ impl QueueRouter {
 impl Enqueuer for QueueRouter {
     /// A message for the SQL queue joins the queue's group commit: enqueues made at the same
     /// time (handlers' follow-ups) are written together.
-    async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
+    async fn enqueue(
+        &self,
+        queue: &str,
+        mut message: NewMessage,
+    ) -> Result<Enqueued, EnqueueError> {
         let route = self.route(queue)?;
+        if !route.sessions {
+            message.session = None;
+        }
         if Self::target(route, &message, now_ms()) == Target::Store {
             self.check(queue, &message)?;
             return route.group.enqueue(message).await;
@@ -367,7 +377,10 @@ impl Enqueuer for QueueRouter {
         // Consecutive messages with one target go together, so the batch order holds.
         let mut run: Vec<NewMessage> = Vec::new();
         let mut run_target = Target::Store;
-        for message in messages {
+        for mut message in messages {
+            if !route.sessions {
+                message.session = None;
+            }
             let target = Self::target(route, &message, now);
             if target != run_target && !run.is_empty() {
                 let part = std::mem::take(&mut run);

@@ -50,18 +50,24 @@ pub(crate) fn head_guard() -> String {
     )
 }
 
+/// The condition, on a row aliased `b`, of a message that blocks its session; the same words
+/// as the partial index `messages_session_blockers`, so both dialects use it.
+const BLOCKER: &str = "b.session_key IS NOT NULL \
+    AND (b.status = 'handed-off' OR (b.status = 'failed' AND b.outcome IS NULL))";
+
 /// Park the ready messages of the sessions `set` (an SQL set expression) of queue `$1` that
-/// wait behind a blocker (`$2`: now).
+/// wait behind a blocker (`$2`: now). The blocked sessions among `set` are found first, through
+/// the small index of blockers, so a large `set` without blockers costs one probe per key.
 pub(crate) fn park(set: &str) -> String {
     format!(
         "UPDATE messages SET status = 'parked', updated_at_ms = $2
-WHERE queue = $1 AND session_key IN ({set})
+WHERE queue = $1
+  AND session_key IN (SELECT b.session_key FROM messages b
+                      WHERE b.queue = $1 AND b.session_key IN ({set}) AND {BLOCKER})
   AND session_key IS NOT NULL AND status IN {SESSION_STATUSES} AND status IN ('pending', 'sleeping')
   AND EXISTS (
     SELECT 1 FROM messages b
-    WHERE b.queue = messages.queue AND b.session_key = messages.session_key
-      AND b.session_key IS NOT NULL AND b.status IN {SESSION_STATUSES}
-      AND (b.status = 'handed-off' OR (b.status = 'failed' AND b.outcome IS NULL))
+    WHERE b.queue = messages.queue AND b.session_key = messages.session_key AND {BLOCKER}
       AND b.key < messages.key)"
     )
 }
@@ -170,8 +176,9 @@ pub(crate) fn by_queue<'a>(
 
 /// Implement the session commands shared by both dialects, in a store module that defines
 /// `$store` (with a `pool` for writes and `readers()`), on connections of type `$conn`, with
-/// that dialect's [`TendSql`] `$tend`: `tend` and `tend_touched` (in the caller's
-/// transaction), and the store's `settle_handoff_now`, `tend_queue` and `blocked_now`.
+/// that dialect's [`TendSql`] `$tend`: `tend`, `park` (an enqueue's) and `tend_touched`, in
+/// the caller's transaction, and the store's `settle_handoff_now`, `tend_queue` and
+/// `blocked_now`.
 macro_rules! session_commands {
     ($store:ty, $conn:ty, $tend:expr) => {
         /// Park and drain the sessions of `queue`: those in the JSON array `sessions`, or with
@@ -194,6 +201,24 @@ macro_rules! session_commands {
                 }
                 statement.execute(&mut *conn).await?;
             }
+            Ok(())
+        }
+
+        /// Park what waits behind a blocker in the sessions in the JSON array `sessions` of
+        /// `queue` (what an enqueue into a blocked session needs; nothing there can drain).
+        pub(super) async fn park(
+            conn: &mut $conn,
+            queue: &str,
+            sessions: &str,
+            now: i64,
+        ) -> Result<(), $crate::queue::QueueError> {
+            let tend: &$crate::queue::sessions::TendSql = &$tend;
+            sqlx::query(tend.park_listed.as_str())
+                .bind(queue)
+                .bind(now)
+                .bind(sessions)
+                .execute(&mut *conn)
+                .await?;
             Ok(())
         }
 

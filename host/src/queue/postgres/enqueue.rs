@@ -137,6 +137,6 @@ impl EnqueueStatements for PgEnqueue<'_> {
         sessions: &str,
         now: i64,
     ) -> Result<(), QueueError> {
-        super::sessions::tend(&mut *self.conn, queue, Some(sessions), now).await
+        super::sessions::park(&mut *self.conn, queue, sessions, now).await
     }
 }

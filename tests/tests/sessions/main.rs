@@ -1,6 +1,9 @@
 //! Ordered sessions in a running host: order within each session under concurrency, no two
 //! messages of a session in flight across two hosts, block → park → resolve → drain through
-//! the CLI, and the consumer inbox's session rules.
+//! the CLI; the consumer inbox's session rules ([`inbox`]) and the CLI and config ([`cli`]).
+
+mod cli;
+mod inbox;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,9 +18,9 @@ use wharf_host::queue::{NewMessage, Status, StoredMessage};
 use wharf_host::{Config, RunningHost, StartOptions};
 use wharf_tests::{PgSchema, TestDir, database_url, messages, wait_for, wait_status};
 
-const T: Duration = Duration::from_secs(60);
+pub(crate) const T: Duration = Duration::from_secs(60);
 
-fn queues(concurrency: u32) -> String {
+pub(crate) fn queues(concurrency: u32) -> String {
     format!(
         r#"
 [queues.orders]
@@ -36,7 +39,7 @@ handler = "not-deployed"
     )
 }
 
-fn event(session: &str, n: usize, extra: serde_json::Value) -> NewMessage {
+pub(crate) fn event(session: &str, n: usize, extra: serde_json::Value) -> NewMessage {
     let mut payload = json!({"s": session, "n": n, "reply_to": "replies"});
     for (k, v) in extra.as_object().unwrap() {
         payload[k] = v.clone();
@@ -50,7 +53,7 @@ fn event(session: &str, n: usize, extra: serde_json::Value) -> NewMessage {
 
 /// An inbox store kept in memory whose checks of one delivery can be made to fail.
 #[derive(Default)]
-struct Inbox {
+pub(crate) struct Inbox {
     inner: MemoryInbox,
     fail_checks_of: std::sync::Mutex<Option<String>>,
 }
@@ -77,7 +80,7 @@ impl InboxStore for Inbox {
     }
 }
 
-async fn start(dir: &TestDir, inbox: &Arc<Inbox>, concurrency: u32) -> RunningHost {
+pub(crate) async fn start(dir: &TestDir, inbox: &Arc<Inbox>, concurrency: u32) -> RunningHost {
     dir.deploy("flaky", "flaky");
     let config = Config::load(&dir.write_config(&queues(concurrency))).unwrap();
     let options = StartOptions {
@@ -87,7 +90,7 @@ async fn start(dir: &TestDir, inbox: &Arc<Inbox>, concurrency: u32) -> RunningHo
 }
 
 /// The `n` of each reply per session, in the order the replies were written.
-async fn order_per_session(host: &RunningHost) -> BTreeMap<String, Vec<u64>> {
+pub(crate) async fn order_per_session(host: &RunningHost) -> BTreeMap<String, Vec<u64>> {
     let mut replies = messages(host, "replies").await;
     replies.sort_by_key(|m| m.key);
     let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
@@ -100,27 +103,27 @@ async fn order_per_session(host: &RunningHost) -> BTreeMap<String, Vec<u64>> {
     out
 }
 
-async fn wait_replies(host: &RunningHost, n: usize) {
+pub(crate) async fn wait_replies(host: &RunningHost, n: usize) {
     wait_for(T, &format!("{n} replies"), || async {
         (messages(host, "replies").await.len() >= n).then_some(())
     })
     .await;
 }
 
-async fn get(host: &RunningHost, key: i64) -> StoredMessage {
+pub(crate) async fn get(host: &RunningHost, key: i64) -> StoredMessage {
     host.store.get(key).await.unwrap().unwrap()
 }
 
-async fn put(host: &RunningHost, m: NewMessage) -> i64 {
+pub(crate) async fn put(host: &RunningHost, m: NewMessage) -> i64 {
     host.router.enqueue("orders", m).await.unwrap().key
 }
 
-const SESSIONS: usize = 100;
-const PER_SESSION: usize = 5;
+pub(crate) const SESSIONS: usize = 100;
+pub(crate) const PER_SESSION: usize = 5;
 
 /// Every session's messages one after the other; the first of each is slow, so a later one
 /// would overtake it if a session let two run at once.
-fn workload() -> Vec<NewMessage> {
+pub(crate) fn workload() -> Vec<NewMessage> {
     let mut batch = Vec::new();
     for s in 0..SESSIONS {
         for n in 0..PER_SESSION {
@@ -135,7 +138,7 @@ fn workload() -> Vec<NewMessage> {
     batch
 }
 
-fn assert_in_order(order: &BTreeMap<String, Vec<u64>>) {
+pub(crate) fn assert_in_order(order: &BTreeMap<String, Vec<u64>>) {
     assert_eq!(order.len(), SESSIONS);
     for (session, seen) in order {
         assert_eq!(
@@ -291,179 +294,7 @@ async fn a_handoff_blocks_until_completed_and_is_not_recorded() {
     host.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_duplicate_is_skipped_before_the_session_rules_and_leaves_a_later_block_alone() {
-    let (dir, inbox) = (TestDir::new(), Arc::new(Inbox::default()));
-    let host = start(&dir, &inbox, 8).await;
-    let a1 = put(&host, event("a", 1, json!({}))).await;
-    let a2 = put(&host, event("a", 2, json!({"permanent": "bad"}))).await;
-    let a3 = put(&host, event("a", 3, json!({}))).await;
-    wait_status(&host, a2, Status::Failed, T).await;
-    wait_status(&host, a3, Status::Parked, T).await;
-    // A redelivery of a1 (same delivery id, as after a lost completion) while its session is
-    // blocked by a later message: the inbox answers first.
-    assert!(host.store.move_to(a1, &Status::Pending).await.unwrap());
-    let again = wait_for(T, "the redelivery to be skipped", || async {
-        Some(get(&host, a1).await).filter(|m| m.outcome.as_deref() == Some("skipped: duplicate"))
-    })
-    .await;
-    assert_eq!(again.status, Status::Processed);
-    assert_eq!(
-        messages(&host, "replies").await.len(),
-        1,
-        "a1 did not run again"
-    );
-    assert_eq!(
-        get(&host, a3).await.status,
-        Status::Parked,
-        "the later block holds"
-    );
-    host.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_drained_message_already_recorded_is_a_duplicate() {
-    let (dir, inbox) = (TestDir::new(), Arc::new(Inbox::default()));
-    let host = start(&dir, &inbox, 8).await;
-    let a1 = put(&host, event("a", 1, json!({"permanent": "bad"}))).await;
-    let a2 = put(&host, event("a", 2, json!({}))).await;
-    wait_status(&host, a1, Status::Failed, T).await;
-    let parked = wait_status(&host, a2, Status::Parked, T).await;
-    // Its delivery was already recorded (a second delivery of a message parked behind the
-    // same block).
-    let key = InboxKey::new("orders", &parked.delivery_id).unwrap();
-    inbox.inner.record(&key, 60_000).await.unwrap();
-    let (ok, _, err) = dir.wharf(&["messages", "delete", &a1.to_string()]);
-    assert!(ok, "{err}");
-    let done = wait_status(&host, a2, Status::Processed, T).await;
-    assert_eq!(done.outcome.as_deref(), Some("skipped: duplicate"));
-    assert!(messages(&host, "replies").await.is_empty());
-    host.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_aborted_dispatch_of_a_drained_message_keeps_its_place() {
-    let (dir, inbox) = (TestDir::new(), Arc::new(Inbox::default()));
-    let host = start(&dir, &inbox, 8).await;
-    let a1 = put(&host, event("a", 1, json!({"permanent": "bad"}))).await;
-    let a2 = put(&host, event("a", 2, json!({}))).await;
-    let a3 = put(&host, event("a", 3, json!({}))).await;
-    wait_status(&host, a1, Status::Failed, T).await;
-    let parked = wait_status(&host, a2, Status::Parked, T).await;
-    wait_status(&host, a3, Status::Parked, T).await;
-    // The inbox fails for a2 while the session drains: its dispatch aborts before the guest,
-    // twice (it waits for its retry in between).
-    *inbox.fail_checks_of.lock().unwrap() = Some(parked.delivery_id.clone());
-    assert!(host.store.delete(a1).await.unwrap());
-    wait_for(T, "two aborted attempts of a2", || async {
-        Some(get(&host, a2).await).filter(|m| {
-            m.attempts >= 2
-                && m.last_error
-                    .as_deref()
-                    .is_some_and(|e| e.contains("inbox check failed"))
-        })
-    })
-    .await;
-    assert!(
-        messages(&host, "replies").await.is_empty()
-            && !matches!(
-                get(&host, a3).await.status,
-                Status::Processing | Status::Processed
-            ),
-        "a3 waits behind a2"
-    );
-    *inbox.fail_checks_of.lock().unwrap() = None;
-    wait_status(&host, a3, Status::Processed, T).await;
-    assert_eq!(order_per_session(&host).await["a"], [2, 3]);
-    host.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sessions_on_an_external_queue_are_refused_naming_the_key() {
-    let dir = TestDir::new();
-    let path = dir.write_config(
-        r#"
-[providers.bus]
-type = "rabbitmq"
-url = "amqp://guest:guest@127.0.0.1:5672/%2f"
-
-[queues.orders]
-handler = "flaky"
-storage = "external"
-provider = "bus"
-sessions = true
-"#,
-    );
-    let err = Config::load(&path).unwrap_err().to_string();
-    assert!(
-        err.contains("queues.orders.sessions") && err.contains("SQL queue only"),
-        "{err}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_enqueues_into_sessions_and_an_import_keeps_each_session_in_file_order() {
-    let dir = TestDir::new();
-    dir.write_config(&queues(8));
-    let (ok, _, err) = dir.wharf(&["enqueue", "orders", r#"{"n":1}"#, "--session", "a"]);
-    assert!(ok, "{err}");
-    // Many lines, sessions interleaved: the import spreads them over parallel producers.
-    let lines: String = (0..3000)
-        .map(|n| format!("{{\"customer\":\"c{}\",\"n\":{n}}}\n", n % 7))
-        .collect();
-    std::fs::write(dir.path("events.jsonl"), lines).unwrap();
-    let (ok, _, err) = dir.wharf(&[
-        "enqueue",
-        "orders",
-        "--file",
-        "events.jsonl",
-        "--session-from",
-        "/customer",
-    ]);
-    assert!(ok, "{err}");
-    let store = dir.sqlite_store().await;
-    let all = store
-        .list(&wharf_host::queue::MessageFilter {
-            queue: Some("orders".into()),
-            limit: 10_000,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(all.len(), 3001);
-    let mut by_session: BTreeMap<String, Vec<(i64, u64)>> = BTreeMap::new();
-    for m in &all {
-        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
-        by_session
-            .entry(m.session.clone().expect("every message has its session"))
-            .or_default()
-            .push((m.key, v["n"].as_u64().unwrap()));
-    }
-    assert_eq!(by_session.len(), 8, "a and c0..c6");
-    for (session, mut rows) in by_session {
-        rows.sort();
-        let ns: Vec<u64> = rows.iter().map(|(_, n)| *n).collect();
-        let mut sorted = ns.clone();
-        sorted.sort();
-        assert_eq!(ns, sorted, "session {session} is in file order");
-    }
-    // A line without the field stops the import, naming it.
-    std::fs::write(dir.path("bad.jsonl"), "{\"customer\":\"c1\"}\n{\"n\":2}\n").unwrap();
-    let (ok, _, err) = dir.wharf(&[
-        "enqueue",
-        "orders",
-        "--file",
-        "bad.jsonl",
-        "--session-from",
-        "/customer",
-    ]);
-    assert!(
-        !ok && err.contains("bad.jsonl:2") && err.contains("/customer"),
-        "{err}"
-    );
-}
-
-async fn set_payload(dir: &TestDir, key: i64, payload: &str) {
+pub(crate) async fn set_payload(dir: &TestDir, key: i64, payload: &str) {
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.path("wharf.db").display()))
         .await
         .unwrap();

@@ -1,0 +1,94 @@
+//! Sessions from the command line and the configuration: `--session`, `--session-from` on
+//! an import (file order kept per session), and `sessions = true` refused where it cannot hold.
+
+use std::collections::BTreeMap;
+
+use wharf_host::Config;
+use wharf_tests::TestDir;
+
+use super::queues;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_on_an_external_queue_are_refused_naming_the_key() {
+    let dir = TestDir::new();
+    let path = dir.write_config(
+        r#"
+[providers.bus]
+type = "rabbitmq"
+url = "amqp://guest:guest@127.0.0.1:5672/%2f"
+
+[queues.orders]
+handler = "flaky"
+storage = "external"
+provider = "bus"
+sessions = true
+"#,
+    );
+    let err = Config::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("queues.orders.sessions") && err.contains("SQL queue only"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_enqueues_into_sessions_and_an_import_keeps_each_session_in_file_order() {
+    let dir = TestDir::new();
+    dir.write_config(&queues(8));
+    let (ok, _, err) = dir.wharf(&["enqueue", "orders", r#"{"n":1}"#, "--session", "a"]);
+    assert!(ok, "{err}");
+    // Many lines, sessions interleaved: the import spreads them over parallel producers.
+    let lines: String = (0..3000)
+        .map(|n| format!("{{\"customer\":\"c{}\",\"n\":{n}}}\n", n % 7))
+        .collect();
+    std::fs::write(dir.path("events.jsonl"), lines).unwrap();
+    let (ok, _, err) = dir.wharf(&[
+        "enqueue",
+        "orders",
+        "--file",
+        "events.jsonl",
+        "--session-from",
+        "/customer",
+    ]);
+    assert!(ok, "{err}");
+    let store = dir.sqlite_store().await;
+    let all = store
+        .list(&wharf_host::queue::MessageFilter {
+            queue: Some("orders".into()),
+            limit: 10_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 3001);
+    let mut by_session: BTreeMap<String, Vec<(i64, u64)>> = BTreeMap::new();
+    for m in &all {
+        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+        by_session
+            .entry(m.session.clone().expect("every message has its session"))
+            .or_default()
+            .push((m.key, v["n"].as_u64().unwrap()));
+    }
+    assert_eq!(by_session.len(), 8, "a and c0..c6");
+    for (session, mut rows) in by_session {
+        rows.sort();
+        let ns: Vec<u64> = rows.iter().map(|(_, n)| *n).collect();
+        let mut sorted = ns.clone();
+        sorted.sort();
+        assert_eq!(ns, sorted, "session {session} is in file order");
+    }
+    // A line without the field stops the import, naming it.
+    std::fs::write(dir.path("bad.jsonl"), "{\"customer\":\"c1\"}\n{\"n\":2}\n").unwrap();
+    let (ok, _, err) = dir.wharf(&[
+        "enqueue",
+        "orders",
+        "--file",
+        "bad.jsonl",
+        "--session-from",
+        "/customer",
+    ]);
+    assert!(
+        !ok && err.contains("bad.jsonl:2") && err.contains("/customer"),
+        "{err}"
+    );
+}
