@@ -92,3 +92,24 @@ async fn the_cli_enqueues_into_sessions_and_an_import_keeps_each_session_in_file
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_without_sessions_drops_the_session_key() {
+    use wharf_host::enqueue::Enqueuer;
+    let dir = TestDir::new();
+    let host = dir.start(&queues(4)).await;
+    let keyed = || wharf_host::queue::NewMessage {
+        payload: "{}".into(),
+        session: Some("a".into()),
+        ..Default::default()
+    };
+    let kept = host.router.enqueue("orders", keyed()).await.unwrap();
+    let dropped = host.router.enqueue("replies", keyed()).await.unwrap();
+    let stored = |key| {
+        let store = host.store.clone();
+        async move { store.get(key).await.unwrap().unwrap().session }
+    };
+    assert_eq!(stored(kept.key).await.as_deref(), Some("a"));
+    assert_eq!(stored(dropped.key).await, None, "processed as in any queue");
+    host.shutdown().await;
+}
