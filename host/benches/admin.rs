@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use wharf_host::{Config, RunningHost};
 
+use common::database_url;
+
 const STORED: u64 = 1_000_000;
 const DRAIN: u64 = 20_000;
 const SCRAPE_EVERY: Duration = Duration::from_secs(1);
@@ -44,11 +46,6 @@ fn main() {
             rt.block_on(measure(store, postgres));
         }
     }
-}
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
 fn schema() -> String {

@@ -12,12 +12,7 @@ use std::sync::atomic::Ordering;
 use wharf_host::Config;
 use wharf_host::queue::NewMessage;
 
-use common::{PROCESSED, median};
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
-}
+use common::{PROCESSED, database_url, median};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)

@@ -20,12 +20,7 @@ use std::time::Instant;
 
 use wharf_host::Config;
 
-use common::{PROCESSED, median};
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
-}
+use common::{PROCESSED, database_url, median};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Store {

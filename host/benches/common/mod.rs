@@ -98,6 +98,12 @@ pub async fn time_drain(base: u64, messages: u64, label: &str) -> f64 {
     (n1 - n0) as f64 / (t1 - t0).as_secs_f64()
 }
 
+/// The PostgreSQL the benches use (`DATABASE_URL`, default the local `test` database).
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
 /// The Redis the benches use (`REDIS_URL`, default on loopback).
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
