@@ -352,29 +352,32 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
             if cli.json {
                 print_json(&messages)?;
             } else {
-                let mut t = table(&[
-                    "key",
-                    "queue",
-                    "id",
-                    "status",
-                    "prio",
-                    "attempts",
-                    "process at",
-                    "payload",
-                    "last error",
-                ]);
+                // A session column when some listed message is in a session.
+                let sessions = messages.iter().any(|m| m.session.is_some());
+                let mut headers = vec!["key", "queue", "id", "status"];
+                if sessions {
+                    headers.push("session");
+                }
+                headers.extend(["prio", "attempts", "process at", "payload", "last error"]);
+                let mut t = table(&headers);
                 for m in &messages {
-                    t.add_row(vec![
+                    let mut row = vec![
                         m.key.to_string(),
                         m.queue.clone(),
                         m.id.clone().unwrap_or_default(),
                         m.status.to_string(),
+                    ];
+                    if sessions {
+                        row.push(m.session.clone().unwrap_or_default());
+                    }
+                    row.extend([
                         m.priority.to_string(),
                         m.attempts.to_string(),
                         time(m.process_at_ms),
                         clip(&m.payload, 40),
                         clip(m.last_error.as_deref().unwrap_or(""), 50),
                     ]);
+                    t.add_row(row);
                 }
                 println!("{t}");
                 if more {

@@ -77,6 +77,14 @@ async fn the_cli_enqueues_into_sessions_and_an_import_keeps_each_session_in_file
         sorted.sort();
         assert_eq!(ns, sorted, "session {session} is in file order");
     }
+    // The listing shows the session column when sessions are listed.
+    let (ok, out, _) = dir.wharf(&["messages", "list", "--session", "c3", "--limit", "2"]);
+    assert!(
+        ok && out.contains("session") && out.contains(" c3 "),
+        "{out}"
+    );
+    let (ok, out, _) = dir.wharf(&["messages", "list", "--queue", "replies"]);
+    assert!(ok && !out.contains("session"), "{out}");
     // A line without the field stops the import, naming it.
     std::fs::write(dir.path("bad.jsonl"), "{\"customer\":\"c1\"}\n{\"n\":2}\n").unwrap();
     let (ok, _, err) = dir.wharf(&[
