@@ -112,12 +112,12 @@ ORDER BY b.updated_at_ms, b.key
 LIMIT $2";
 
 /// Settle a handed-off message `$3` (`$1` now): completed (`$2` = 'processed') or failed
-/// (`$2` = 'failed', error `$4`). Returns its queue and session.
+/// (`$2` = 'failed', error `$4`), with outcome `$5`. Returns its queue and session.
 pub(crate) const SETTLE_HANDOFF: &str = "
 UPDATE messages SET status = $2, updated_at_ms = $1,
     processed_at_ms = CASE WHEN $2 = 'processed' THEN $1 ELSE processed_at_ms END,
     last_error = CASE WHEN $2 = 'failed' THEN $4 ELSE last_error END,
-    outcome = CASE WHEN $2 = 'failed' THEN 'handoff failed' ELSE 'handoff completed' END
+    outcome = $5
 WHERE key = $3 AND status = 'handed-off'
 RETURNING queue, session_key";
 
@@ -247,10 +247,10 @@ macro_rules! session_commands {
             ) -> Result<bool, $crate::queue::QueueError> {
                 let now = $crate::queue::now_ms();
                 let mut tx = self.pool.begin().await?;
-                let status = if failure.is_some() {
-                    "failed"
-                } else {
-                    "processed"
+                use $crate::queue::sessions::{HANDOFF_COMPLETED, HANDOFF_FAILED};
+                let (status, outcome) = match failure {
+                    Some(_) => ("failed", HANDOFF_FAILED),
+                    None => ("processed", HANDOFF_COMPLETED),
                 };
                 let touched: Vec<(String, Option<String>)> =
                     sqlx::query_as($crate::queue::sessions::SETTLE_HANDOFF)
@@ -258,6 +258,7 @@ macro_rules! session_commands {
                         .bind(status)
                         .bind(key)
                         .bind(failure)
+                        .bind(outcome)
                         .fetch_all(&mut *tx)
                         .await?;
                 tend_touched(&mut tx, &touched, now).await?;
