@@ -87,15 +87,6 @@ impl Config {
             }
             (QueueStorage::External, Some(provider)) => provider,
         };
-        if queue.sessions {
-            return Err(ConfigError::key(
-                file,
-                key("sessions"),
-                format!(
-                    "ordered sessions are kept by the SQL queue only; provider `{provider}` cannot keep them yet: use `storage = \"sql\"` or remove `sessions`"
-                ),
-            ));
-        }
         let Some(section) = self.providers.get(provider) else {
             return Err(ConfigError::key(
                 file,
@@ -126,6 +117,15 @@ impl Config {
                 key("replace_by_id"),
                 format!(
                     "provider `{provider}` (type `{kind}`) cannot replace a pending message by its id: use `storage = \"sql\"` or a provider that can (redis), or remove `replace_by_id`"
+                ),
+            ));
+        }
+        if queue.sessions && !caps.keyed_order {
+            return Err(ConfigError::key(
+                file,
+                key("sessions"),
+                format!(
+                    "provider `{provider}` (type `{kind}`) cannot keep the messages of one session in order across consumers: use `storage = \"sql\"` or a provider that can (kafka, or rabbitmq with `single_active_consumer = true` and no `max_priority`), or remove `sessions`"
                 ),
             ));
         }
@@ -267,5 +267,34 @@ mod tests {
         let (key, reason) = key_error(QUEUE);
         assert_eq!(key, "queues.q.provider");
         assert!(reason.contains("`[providers.p]`"), "{reason}");
+    }
+
+    #[test]
+    fn sessions_need_a_provider_that_keeps_each_key_in_order() {
+        let sac = "type = \"rabbitmq\"\nurl = \"amqp://h\"\nsingle_active_consumer = true";
+        let refused = [
+            "type = \"redis\"\nurl = \"redis://h\"".to_string(),
+            "type = \"rabbitmq\"\nurl = \"amqp://h\"".to_string(),
+            format!("{sac}\nmax_priority = 5"),
+            "type = \"servicebus\"\nconnection_string = \"Endpoint=sb://shop/;SharedAccessKeyName=k;SharedAccessKey=s\"".to_string(),
+        ];
+        for section in &refused {
+            let (key, reason) = key_error(&format!(
+                "[providers.p]\n{section}\n\n{QUEUE}sessions = true\n"
+            ));
+            assert_eq!(key, "queues.q.sessions", "{section}");
+            assert!(
+                reason.contains("cannot keep the messages of one session in order"),
+                "{reason}"
+            );
+        }
+        for section in ["type = \"kafka\"\nbrokers = \"h:9092\"", sac] {
+            Config::parse(
+                Path::new("wharf.toml"),
+                &format!("[providers.p]\n{section}\n\n{QUEUE}sessions = true\n"),
+                &|_| None,
+            )
+            .unwrap_or_else(|e| panic!("{section}: {e}"));
+        }
     }
 }

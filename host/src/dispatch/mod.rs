@@ -73,6 +73,22 @@ pub struct Verdict {
     pub attempt: u32,
 }
 
+impl Verdict {
+    /// The disposition for a message in a session (`in_session`) or not: in a session, a
+    /// pending handoff blocks the session until an operator settles it
+    /// ([`Disposition::HandOff`]); elsewhere it completes the message.
+    pub fn disposition_in(&self, in_session: bool) -> Disposition {
+        match &self.disposition {
+            Disposition::Complete
+                if in_session && self.outcome == Some(deliver::PENDING_HANDOFF) =>
+            {
+                Disposition::HandOff
+            }
+            other => other.clone(),
+        }
+    }
+}
+
 /// Where a queue's messages come from and are settled: the SQL queue, or one provider's
 /// consumer.
 #[async_trait]

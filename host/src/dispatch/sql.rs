@@ -12,7 +12,6 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::deliver::PENDING_HANDOFF;
 use super::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Settler, Source, Verdict, Work};
 use crate::config::QueueConfig;
 use crate::external::{Envelope, Provider, PublishOptions};
@@ -207,15 +206,7 @@ impl Source for SqlSource {
 
     async fn settle(&self, handle: SqlLease, verdict: Verdict) {
         let SqlLease { lease, session } = handle;
-        // In a session, a pending handoff blocks the session until an operator settles it.
-        let disposition = match verdict.disposition {
-            Disposition::Complete
-                if session.is_some() && verdict.outcome == Some(PENDING_HANDOFF) =>
-            {
-                Disposition::HandOff
-            }
-            other => other,
-        };
+        let disposition = verdict.disposition_in(session.is_some());
         let settlement = Settlement {
             lease,
             disposition,

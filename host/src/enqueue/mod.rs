@@ -248,6 +248,11 @@ impl QueueRouter {
             return Target::Store;
         };
         let due = message.process_at_ms.filter(|at| *at > now);
+        if due.is_some() && message.session.is_some() {
+            // Its session waits for it (it holds the session until due), so it waits in the
+            // SQL queue and runs from there; later messages of the session queue up behind it.
+            return Target::Store;
+        }
         if due.is_none() || external.provider.capabilities().delay {
             Target::Provider { due }
         } else {
@@ -272,7 +277,10 @@ impl QueueRouter {
                 };
                 let envelopes: Vec<Envelope> = run
                     .into_iter()
-                    .map(|m| Envelope::new(m.payload, m.id, m.priority))
+                    .map(|m| Envelope {
+                        session: m.session,
+                        ..Envelope::new(m.payload, m.id, m.priority)
+                    })
                     .collect();
                 let mut results = Vec::with_capacity(envelopes.len());
                 for part in

@@ -16,6 +16,10 @@ pub struct Envelope {
     /// Higher runs first.
     #[serde(rename = "Priority", default)]
     pub priority: i32,
+    /// The session key, carried by the broker's own ordering key (never in the body), in a
+    /// queue with sessions.
+    #[serde(skip)]
+    pub session: Option<String>,
 }
 
 /// Why a broker body is not a valid envelope.
@@ -36,6 +40,7 @@ impl Envelope {
             message_json: message_json.into(),
             message_id,
             priority,
+            session: None,
         }
     }
 

@@ -123,6 +123,11 @@ pub struct Capabilities {
     pub depth: bool,
     /// A message handed back with `nack { counted: false }` is not counted as a delivery.
     pub uncounted_release: bool,
+    /// Messages published with one session key ([`Envelope::session`]) reach one consumer at
+    /// a time, in the order they were published, and come back with that key
+    /// ([`Delivery::session`]) — what `sessions = true` needs (Kafka: the record key picks
+    /// the partition). Without it, a queue with sessions is a config error.
+    pub keyed_order: bool,
 }
 
 /// How [`Provider::publish`] stores messages.
@@ -194,6 +199,9 @@ pub struct Delivery {
     pub enqueued_at_ms: Option<i64>,
     /// Broker properties and producer headers, as text.
     pub headers: Vec<(String, String)>,
+    /// The broker's own key that keeps order ([`Capabilities::keyed_order`]), where it has
+    /// one: the session key in a queue with sessions.
+    pub session: Option<String>,
 }
 
 /// How a delivery is handed back.

@@ -181,6 +181,18 @@ pub trait QueueStore: Send + Sync + 'static {
         Err(QueueError::Unsupported("sessions"))
     }
 
+    /// Which of `sessions` of `queue` have a message that still matters for their order
+    /// (waiting, in flight or blocking): an external queue's consumer moves a delivery of
+    /// such a session into the SQL queue behind them instead of running it.
+    async fn sessions_in_use(
+        &self,
+        queue: &str,
+        sessions: &[String],
+    ) -> Result<Vec<String>, QueueError> {
+        let _ = (queue, sessions);
+        Err(QueueError::Unsupported("sessions"))
+    }
+
     /// Blocked sessions (of one queue, or all), oldest block first, at most `limit`.
     async fn blocked_sessions(
         &self,

@@ -111,6 +111,17 @@ WHERE (CAST($1 AS TEXT) IS NULL OR b.queue = $1) AND b.session_key IS NOT NULL
 ORDER BY b.updated_at_ms, b.key
 LIMIT $2";
 
+/// Which sessions of queue `$1` among `set` have a message waiting, in flight or blocking:
+/// every status the partial index holds, except a failure an operator already decided on.
+pub(crate) fn live(set: &str) -> String {
+    format!(
+        "SELECT DISTINCT session_key FROM messages
+WHERE queue = $1 AND session_key IN ({set})
+  AND session_key IS NOT NULL AND status IN {SESSION_STATUSES}
+  AND NOT (status = 'failed' AND outcome IS NOT NULL)"
+    )
+}
+
 /// Settle a handed-off message `$3` (`$1` now): completed (`$2` = 'processed') or failed
 /// (`$2` = 'failed', error `$4`), with outcome `$5`. Returns its queue and session.
 pub(crate) const SETTLE_HANDOFF: &str = "
@@ -138,6 +149,9 @@ pub(crate) struct TendSql {
     pub park_troubled: String,
     /// Drain every troubled session of the queue.
     pub drain_troubled: String,
+    /// Which of the sessions in the JSON array `$2` of queue `$1` have a message that still
+    /// matters for their order (see [`live`]).
+    pub live_listed: String,
 }
 
 impl TendSql {
@@ -148,6 +162,7 @@ impl TendSql {
             drain_listed: drain(listed),
             park_troubled: park(TROUBLED),
             drain_troubled: drain(TROUBLED),
+            live_listed: live(&listed.replace("$3", "$2")),
         }
     }
 }
@@ -275,6 +290,25 @@ macro_rules! session_commands {
                 tend(&mut tx, queue, None, $crate::queue::now_ms()).await?;
                 tx.commit().await?;
                 Ok(())
+            }
+
+            /// Sessions in use (see [`crate::queue::QueueStore::sessions_in_use`]).
+            pub(super) async fn live_now(
+                &self,
+                queue: &str,
+                sessions: &[String],
+            ) -> Result<Vec<String>, $crate::queue::QueueError> {
+                if sessions.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let tend: &$crate::queue::sessions::TendSql = &$tend;
+                let list = serde_json::to_string(sessions).expect("strings serialize");
+                let live: Vec<(String,)> = sqlx::query_as(tend.live_listed.as_str())
+                    .bind(queue)
+                    .bind(list)
+                    .fetch_all(self.readers())
+                    .await?;
+                Ok(live.into_iter().map(|(s,)| s).collect())
             }
 
             /// Blocked sessions (see [`crate::queue::QueueStore::blocked_sessions`]).

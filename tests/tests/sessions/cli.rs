@@ -1,5 +1,6 @@
 //! Sessions from the command line and the configuration: `--session`, `--session-from` on
-//! an import (file order kept per session), and `sessions = true` refused where it cannot hold.
+//! an import (file order kept per session), and `sessions = true` refused on a provider that
+//! cannot keep a session's order.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +10,7 @@ use wharf_tests::TestDir;
 use super::queues;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sessions_on_an_external_queue_are_refused_naming_the_key() {
+async fn sessions_on_a_provider_without_keyed_order_are_refused_naming_the_key() {
     let dir = TestDir::new();
     let path = dir.write_config(
         r#"
@@ -26,7 +27,9 @@ sessions = true
     );
     let err = Config::load(&path).unwrap_err().to_string();
     assert!(
-        err.contains("queues.orders.sessions") && err.contains("SQL queue only"),
+        err.contains("queues.orders.sessions")
+            && err.contains("(type `rabbitmq`) cannot keep the messages of one session in order")
+            && err.contains("single_active_consumer = true"),
         "{err}"
     );
 }

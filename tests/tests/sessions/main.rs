@@ -3,6 +3,7 @@
 //! the CLI; the consumer inbox's session rules ([`inbox`]) and the CLI and config ([`cli`]).
 
 mod cli;
+mod external;
 mod inbox;
 
 use std::collections::BTreeMap;

@@ -4,8 +4,9 @@
 //! commits never advance processing offsets. The host creates missing topics
 //! (`create_topics`, with `partitions` and `replication`).
 //!
-//! Publishing: the envelope is the value and the MessageId the key (one id stays in one
-//! partition), from an idempotent producer with `acks=all`; a batch is sent pipelined and
+//! Publishing: the envelope is the value and the key is the session key in a queue with
+//! sessions (one session stays in one partition, so in order), otherwise the MessageId (one
+//! id stays in one partition), from an idempotent producer with `acks=all`; a batch is sent pipelined and
 //! awaited as a whole. Consuming: a poll thread per queue (so the consumer stays in its
 //! group while handlers run) buffers fetched messages for the host; a processing offset is
 //! committed only after its settlement (or the move into SQL) is durable, up to the
@@ -250,8 +251,9 @@ impl Provider for KafkaProvider {
         // Every send is queued at once (librdkafka batches them) and awaited together.
         let sends = envelopes.iter().zip(&bodies).map(|(envelope, body)| {
             let mut record = FutureRecord::to(&topic).payload(body.as_str());
-            if let Some(id) = &envelope.message_id {
-                record = record.key(id.as_str());
+            // A session key keeps the session in one partition, so in order.
+            if let Some(key) = envelope.session.as_ref().or(envelope.message_id.as_ref()) {
+                record = record.key(key.as_str());
             }
             self.producer.send(record, Timeout::Never)
         });

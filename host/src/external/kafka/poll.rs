@@ -48,9 +48,18 @@ impl Record {
             identity: Some(self.identity.clone()),
             enqueued_at_ms: self.timestamp_ms,
             headers: self.headers.clone(),
+            // The record key: what picked the partition, so one key keeps its order.
+            session: self
+                .headers
+                .iter()
+                .find(|(k, _)| k == KEY_HEADER)
+                .map(|(_, v)| v.clone()),
         }
     }
 }
+
+/// The header that carries a record's key, as text.
+const KEY_HEADER: &str = "kafka-key";
 
 /// A fetched message not registered yet.
 struct Fetched {
@@ -65,7 +74,7 @@ fn fetched(m: &BorrowedMessage<'_>) -> Fetched {
     let mut headers = Vec::new();
     if let Some(key) = m.key() {
         headers.push((
-            "kafka-key".to_string(),
+            KEY_HEADER.to_string(),
             String::from_utf8_lossy(key).into_owned(),
         ));
     }

@@ -198,6 +198,7 @@ impl KafkaSettings {
             depth: false,
             // The host forgives the replay of a message it handed back itself.
             uncounted_release: true,
+            keyed_order: true,
         }
     }
 }

@@ -50,6 +50,7 @@ impl RabbitConsumer {
         let mut headers = Vec::new();
         let mut delivery_count = None;
         let mut identity = None;
+        let mut session = None;
         if let Some(table) = properties.headers() {
             for (key, value) in table.inner() {
                 if key.as_str() == "x-delivery-count" {
@@ -61,6 +62,9 @@ impl RabbitConsumer {
                     continue;
                 }
                 if let Some(text) = as_text(value) {
+                    if key.as_str() == super::SESSION_HEADER {
+                        session = Some(text.clone());
+                    }
                     headers.push((key.to_string(), text));
                 }
             }
@@ -83,6 +87,7 @@ impl RabbitConsumer {
             identity,
             enqueued_at_ms: properties.timestamp().map(|s| s as i64 * 1000),
             headers,
+            session,
         }
     }
 }

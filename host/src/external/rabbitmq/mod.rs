@@ -59,6 +59,9 @@ pub(crate) fn error(e: lapin::Error) -> ProviderError {
 /// message, the same on redeliveries): the host counts redeliveries under it.
 pub const IDENTITY_HEADER: &str = "wharf-message-key";
 
+/// The header that carries a message's session key (a direct producer sets it too).
+pub const SESSION_HEADER: &str = "wharf-session";
+
 /// Longest a connection attempt may take (a broker that does not answer at all).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -170,6 +173,12 @@ impl RabbitProvider {
             IDENTITY_HEADER.into(),
             AMQPValue::LongString(format!("{:032x}", rand::random::<u128>()).into()),
         );
+        if let Some(session) = &envelope.session {
+            headers.insert(
+                SESSION_HEADER.into(),
+                AMQPValue::LongString(session.as_str().into()),
+            );
+        }
         let mut properties = BasicProperties::default()
             .with_delivery_mode(2)
             .with_headers(headers)

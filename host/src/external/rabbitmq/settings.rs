@@ -55,6 +55,11 @@ pub struct RabbitSettings {
         deserialize_with = "duration::deserialize"
     )]
     pub heartbeat: Duration,
+    /// Declare the processing queues with `x-single-active-consumer`: one consumer (one host)
+    /// at a time receives a queue's messages, in order, and another takes over when it goes —
+    /// what a queue with `sessions = true` needs (without `max_priority`, which reorders).
+    #[serde(default)]
+    pub single_active_consumer: bool,
 }
 
 impl RabbitSettings {
@@ -69,6 +74,7 @@ impl RabbitSettings {
             queue_type: QueueType::Classic,
             max_priority: None,
             heartbeat: Self::default_heartbeat(),
+            single_active_consumer: false,
         }
     }
     fn default_heartbeat() -> Duration {
@@ -112,6 +118,8 @@ impl RabbitSettings {
             // Classic: the host forgives the redelivery of a released message; quorum queues
             // count every return.
             uncounted_release: self.queue_type == QueueType::Classic,
+            // One consumer at a time, fed in queue order: the host keeps each session's order.
+            keyed_order: self.single_active_consumer && self.max_priority.is_none(),
         }
     }
 

@@ -80,5 +80,8 @@ fn arguments(settings: &RabbitSettings, processing: bool) -> FieldTable {
             }
         }
     }
+    if processing && settings.single_active_consumer {
+        args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+    }
     args
 }

@@ -100,6 +100,7 @@ impl Consumer for RedisConsumer {
                 identity: None,
                 enqueued_at_ms: None,
                 headers: Vec::new(),
+                session: None,
             });
         }
         Ok(out)

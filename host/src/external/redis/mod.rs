@@ -114,6 +114,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     delivery_count: CountKind::Exact,
     depth: true,
     uncounted_release: true,
+    keyed_order: false,
 };
 
 /// The `redis` provider type.

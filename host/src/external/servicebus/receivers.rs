@@ -97,6 +97,7 @@ impl State {
             identity: None,
             enqueued_at_ms,
             headers,
+            session: None,
         };
         self.locks.lock().expect("locks").insert(
             id,

@@ -174,6 +174,7 @@ impl ServiceBusSettings {
             delivery_count: CountKind::Exact,
             depth: false,
             uncounted_release: false,
+            keyed_order: false,
         })
     }
 }

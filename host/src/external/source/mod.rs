@@ -6,8 +6,11 @@
 //! message that came back with no attempts left) first moves the message into the SQL queue
 //! of the same name — with its envelope, provider, MessageId and attempt count — and only
 //! then acknowledges it. A failed move hands the message back to the broker explicitly.
+//! In a queue with sessions, the messages of a session pass one at a time ([`sessions`]).
 
 mod move_to_sql;
+mod receive;
+mod sessions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,16 +20,14 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::acker::start_acker;
-use super::attempts::{attempts_of, counting_key};
+use super::attempts::counting_key;
 use super::{
-    ActivationStore, AttemptCounter, Consumer, CountKind, Delivery, DeliveryCount, Envelope,
-    Handle, Nack, ProviderHealth,
+    ActivationStore, AttemptCounter, Consumer, CountKind, DeliveryCount, Envelope, Handle, Nack,
+    ProviderHealth,
 };
 use crate::config::QueueConfig;
-use crate::dispatch::{InboxBinding, InboxIds, Source, Verdict, Work};
-use crate::queue::limits;
+use crate::dispatch::{InboxBinding, Source, Verdict, Work};
 use crate::queue::{Disposition, QueueStore, Status, now_ms};
-use crate::runtime::Message;
 
 /// One received broker message while it is processed.
 pub struct Item {
@@ -40,6 +41,8 @@ pub struct Item {
     /// Whether handing it back forgives one count (the broker flags or counts nothing, so
     /// the next delivery would be counted as an attempt).
     forgive: bool,
+    /// Its session key, in a queue with sessions.
+    session: Option<String>,
 }
 
 /// One external queue.
@@ -60,6 +63,8 @@ pub struct ExternalSource {
     /// How the health check names this queue's consumer.
     part: String,
     acks: mpsc::Sender<(Handle, oneshot::Sender<bool>)>,
+    /// The sessions with a message handed out (queues with sessions).
+    gate: sessions::SessionGate,
 }
 
 /// Everything an external queue's source is made of.
@@ -93,6 +98,25 @@ pub struct ExternalParts {
 }
 
 impl ExternalSource {
+    /// Wait for an activation, a push from the broker or a wake.
+    async fn wait_for_broker(&self, shutdown: &CancellationToken) {
+        loop {
+            match self.activations.claim(&self.name).await {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(queue = %self.name, "claiming the activation failed, retrying: {e}")
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.consumer.pushed() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(self.poll_interval) => {}
+            }
+        }
+    }
+
     /// Assemble the source (and start its acknowledgement task).
     pub fn new(parts: ExternalParts) -> Self {
         let acks = start_acker(
@@ -116,6 +140,28 @@ impl ExternalSource {
             poll_interval: parts.poll_interval,
             health: parts.health,
             acks,
+            gate: sessions::SessionGate::default(),
+        }
+    }
+
+    /// Whether as many messages wait behind their sessions as may (see [`HELD_PER_SLOT`]).
+    fn gate_full(&self) -> bool {
+        self.gate.held() >= HELD_PER_SLOT * self.config.concurrency as usize
+    }
+
+    /// Note that `items` go back to the broker unprocessed: where the broker flags (or does
+    /// not count) the next delivery, it is not an attempt.
+    async fn forgive(&self, items: &[Arc<Item>]) {
+        let keys: Vec<String> = items
+            .iter()
+            .filter(|i| i.forgive)
+            .map(|i| i.key.clone())
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        if let Err(e) = self.attempts.forgive(&self.name, &keys).await {
+            tracing::warn!(queue = %self.name, provider = %self.provider, "could not note the hand-back; the next delivery counts as an attempt: {e}");
         }
     }
 
@@ -149,156 +195,107 @@ impl Source for ExternalSource {
         max: u32,
         inbox: Option<&InboxBinding>,
     ) -> Result<Vec<Work<Arc<Item>>>, String> {
-        let deliveries = match self.consumer.receive(max).await {
-            Ok(d) => {
-                self.health.part_succeeded(&self.part);
-                d
+        if !self.config.sessions {
+            return self.receive_from_broker(max, inbox).await;
+        }
+        let mut works = Vec::new();
+        for work in self.gate.take_ready(max as usize) {
+            if self.consumer.holds(&work.handle.handle) {
+                works.push(work);
+            } else if let Some(session) = &work.handle.session {
+                // Taken back by the broker (so is everything after it): delivered again.
+                self.gate.settled(session);
             }
-            Err(e) => {
-                // The pipeline logs the outage once.
-                self.health.part_failed_quietly(&self.part, e.to_string());
-                // Keep the queue activated so the work is picked up once the broker answers.
-                let _ = self.activations.request(&[self.name.to_string()]).await;
-                return Err(e.to_string());
-            }
-        };
-        let parsed: Vec<(Delivery, Option<Envelope>, Option<String>)> = deliveries
-            .into_iter()
-            .map(|d| {
-                let envelope = std::str::from_utf8(&d.body)
-                    .map_err(|e| format!("the body is not UTF-8: {e}"))
-                    .and_then(|text| Envelope::parse(text).map_err(|e| e.to_string()));
-                match envelope {
-                    Ok(e) => (d, Some(e), None),
-                    Err(error) => (d, None, Some(error)),
-                }
-            })
-            .collect();
-        let attempts =
-            attempts_of(self.attempts.as_ref(), &self.name, &self.provider, &parsed).await;
-        let max_attempts = self.config.max_attempts;
-        Ok(parsed
-            .into_iter()
-            .zip(attempts)
-            .map(|((delivery, envelope, invalid), (attempt, counted))| {
-                let id = envelope.as_ref().and_then(|e| e.message_id.clone());
-                let label = match &id {
-                    Some(id) => format!("message_id={id}"),
-                    None => "message_id=(none)".to_string(),
-                };
-                let over_limit = envelope.as_ref().and_then(|e| {
-                    limits::check(
-                        &self.name,
-                        e.message_id.as_deref(),
-                        &e.message_json,
-                        self.config.max_payload.as_u64(),
-                    )
-                    .err()
-                });
-                let decided = match (&invalid, over_limit) {
-                    (Some(error), _) => {
-                        tracing::error!(queue = %self.name, provider = %self.provider, "moving a message that is not a valid envelope into the SQL queue as failed: {error}");
-                        Some(Disposition::Fail {
-                            error: error.clone(),
-                        })
-                    }
-                    (None, Some(limit)) => {
-                        tracing::error!(queue = %self.name, provider = %self.provider, "moving a message beyond a limit into the SQL queue as failed: {limit}");
-                        Some(Disposition::Fail {
-                            error: limit.to_string(),
-                        })
-                    }
-                    (None, None) if attempt > max_attempts => Some(Disposition::Fail {
-                        error: format!(
-                            "delivered again after attempt {} of {max_attempts} was never settled (the host stopped or lost the broker), no attempts left",
-                            attempt - 1
-                        ),
-                    }),
-                    (None, None) => None,
-                };
-                if inbox.is_some() && id.is_none() && invalid.is_none() {
-                    tracing::warn!(queue = %self.name, provider = %self.provider, "inbox bypassed: the envelope has no MessageId; the handler runs without deduplication");
-                }
-                let key = counted
-                    .clone()
-                    .unwrap_or_else(|| counting_key(&delivery, envelope.as_ref()));
-                let message = Message {
-                    queue: self.name.to_string(),
-                    id: id.clone(),
-                    delivery_id: id.clone().unwrap_or_default(),
-                    payload: envelope
-                        .as_ref()
-                        .map(|e| e.message_json.clone())
-                        .unwrap_or_default(),
-                    priority: envelope.as_ref().map_or(0, |e| e.priority),
-                    attempt,
-                    max_attempts,
-                    enqueued_at_ms: delivery.enqueued_at_ms.unwrap_or(0).max(0) as u64,
-                    headers: delivery.headers,
-                };
-                Work {
-                    handle: Arc::new(Item {
-                        key,
-                        counted: counted.is_some(),
-                        forgive: self.counts != CountKind::Exact,
-                        handle: delivery.handle,
-                        body: delivery.body,
-                        envelope,
-                    }),
-                    message,
-                    decided,
-                    inbox: id.map(|id| InboxIds {
-                        check: id.clone(),
-                        seen: None,
-                        record: vec![id],
-                    }),
-                    label,
-                }
-            })
-            .collect())
+        }
+        // Messages waiting behind their session are received already: at most a few rounds'
+        // worth are held here.
+        let room = (max as usize).saturating_sub(works.len());
+        if room > 0 && !self.gate_full() {
+            let received = match self.receive_from_broker(room as u32, inbox).await {
+                Ok(received) => received,
+                Err(e) if works.is_empty() => return Err(e),
+                Err(_) => Vec::new(),
+            };
+            works.extend(self.gate.admit(received));
+        }
+        self.vet(works, inbox).await
     }
 
     async fn wait_for_work(&self, shutdown: &CancellationToken) {
-        loop {
-            match self.activations.claim(&self.name).await {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(queue = %self.name, "claiming the activation failed, retrying: {e}")
+        if self.config.sessions {
+            let ready = self.gate.ready.notified();
+            if self.gate_full() {
+                // Nothing more is received until a waiting message can go.
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = ready => {}
                 }
+                return;
             }
             tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.consumer.pushed() => return,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(self.poll_interval) => {}
+                _ = shutdown.cancelled() => {}
+                _ = ready => {}
+                _ = self.wait_for_broker(shutdown) => {}
             }
+        } else {
+            self.wait_for_broker(shutdown).await
         }
     }
 
     async fn settle(&self, item: Arc<Item>, verdict: Verdict) {
         let attempt = verdict.attempt;
-        match verdict.disposition {
-            // External queues have no sessions: a handoff completes the broker message.
-            Disposition::Complete | Disposition::HandOff => {
+        let settled = match verdict.disposition_in(item.session.is_some()) {
+            // A pending handoff blocks its session: it waits in the SQL queue, handed off,
+            // until an operator settles it.
+            Disposition::HandOff => {
+                self.move_and_ack(
+                    &item,
+                    Some(Status::HandedOff),
+                    now_ms(),
+                    None,
+                    attempt,
+                    "handed-off",
+                )
+                .await
+            }
+            Disposition::Complete => {
                 if !self.ack(&item).await {
                     tracing::warn!(queue = %self.name, provider = %self.provider, "the broker message's lease or lock was lost before it was acknowledged: the broker delivers it again");
                 }
+                true
             }
             Disposition::Retry { at_ms, error } => {
                 // Sleeping is where the SQL queue keeps a message due later.
-                self.move_and_ack(&item, None, at_ms, error, attempt).await
-            }
-            Disposition::Fail { error } => {
-                self.move_and_ack(&item, Some(Status::Failed), now_ms(), Some(error), attempt)
+                self.move_and_ack(&item, None, at_ms, error, attempt, "retry")
                     .await
             }
-            Disposition::Release => self.release(vec![item]).await,
+            Disposition::Fail { error } => {
+                self.move_and_ack(
+                    &item,
+                    Some(Status::Failed),
+                    now_ms(),
+                    Some(error),
+                    attempt,
+                    "failed",
+                )
+                .await
+            }
+            Disposition::Release => {
+                self.release(vec![item]).await;
+                return;
+            }
+        };
+        if settled && let Some(session) = &item.session {
+            self.gate.settled(session);
         }
     }
 
     async fn stop_receiving(&self) {
         let pushed = self.consumer.stop().await;
+        let waiting = self.gate.take_all();
+        if !waiting.is_empty() {
+            self.release(waiting).await;
+        }
         if pushed.is_empty() {
             return;
         }
@@ -317,6 +314,7 @@ impl Source for ExternalSource {
                     handle: d.handle,
                     body: d.body,
                     envelope,
+                    session: None,
                 })
             })
             .collect();
@@ -327,18 +325,15 @@ impl Source for ExternalSource {
         self.consumer.close().await;
     }
 
-    async fn release(&self, items: Vec<Arc<Item>>) {
-        let keys: Vec<String> = items
+    async fn release(&self, mut items: Vec<Arc<Item>>) {
+        // What waits behind a released message of a session goes back with it, after it.
+        let waiting: Vec<Arc<Item>> = items
             .iter()
-            .filter(|i| i.forgive)
-            .map(|i| i.key.clone())
+            .filter_map(|i| i.session.as_deref())
+            .flat_map(|session| self.gate.give_up(session))
             .collect();
-        if !keys.is_empty() {
-            // The broker flags (or does not count) the next delivery: it is not an attempt.
-            if let Err(e) = self.attempts.forgive(&self.name, &keys).await {
-                tracing::warn!(queue = %self.name, provider = %self.provider, "could not note the hand-back; the next delivery counts as an attempt: {e}");
-            }
-        }
+        items.extend(waiting);
+        self.forgive(&items).await;
         let handles: Vec<Handle> = items.iter().map(|i| i.handle.clone()).collect();
         let nack = Nack {
             requeue: true,
@@ -354,3 +349,7 @@ impl Source for ExternalSource {
         }
     }
 }
+
+/// How many messages per unit of concurrency may wait behind their session before the queue
+/// stops receiving more.
+const HELD_PER_SLOT: usize = 4;

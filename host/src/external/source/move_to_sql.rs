@@ -5,13 +5,15 @@ use std::time::Duration;
 
 use super::{ExternalSource, Item};
 use crate::dispatch::MOVED_FROM_HEADER;
-use crate::external::Nack;
+use crate::dispatch::Source;
+use crate::external::{Handle, Nack};
 use crate::queue::{NewMessage, Status};
 
 impl ExternalSource {
-    /// Move the message into the SQL queue (`status`, due at `at_ms`, with `error`), then
-    /// acknowledge it in the broker. If the move fails, the message goes back to the broker
-    /// after a pause (counted: the handler ran).
+    /// Move the message into the SQL queue (`status`, due at `at_ms`, with `error`; `moved_as`
+    /// names the move in metrics), then acknowledge it in the broker; true when it was moved.
+    /// If the move fails, the message goes back to the broker after a pause (counted: the
+    /// handler ran), followed by what waits behind it in its session.
     pub(super) async fn move_and_ack(
         &self,
         item: &Item,
@@ -19,10 +21,12 @@ impl ExternalSource {
         at_ms: i64,
         error: Option<String>,
         attempt: u32,
-    ) {
+        moved_as: &str,
+    ) -> bool {
         if !self.consumer.holds(&item.handle) {
             tracing::warn!(queue = %self.name, provider = %self.provider, "the broker took the message back before it was moved into the SQL queue: it is delivered again instead");
-            return;
+            self.hand_back_waiting(item).await;
+            return false;
         }
         let envelope = item.envelope.as_ref();
         let body = String::from_utf8_lossy(&item.body).into_owned();
@@ -37,7 +41,6 @@ impl ExternalSource {
         let id = envelope
             .and_then(|e| e.message_id.clone())
             .filter(|id| !id.contains('\0'));
-        let moved_as = status.as_ref().map_or("retry", |s| s.as_str()).to_string();
         let message = NewMessage {
             id: id.clone(),
             payload,
@@ -58,29 +61,48 @@ impl ExternalSource {
             last_error: error,
             source_delivery_id: id,
             attempts: attempt,
-            session: None,
+            session: item.session.clone(),
         };
         match self.sql.enqueue(&self.name, message, false).await {
             Ok(_) => {
-                crate::metrics::moved_into_sql(&self.name, &self.provider, &moved_as);
+                crate::metrics::moved_into_sql(&self.name, &self.provider, moved_as);
                 self.sql_wake.notify_one();
                 self.ack(item).await;
+                true
             }
             Err(e) => {
                 tracing::error!(queue = %self.name, provider = %self.provider, "could not move a message into the SQL queue; handing it back to the broker: {e}");
                 tokio::time::sleep(Duration::from_secs(1)).await;
+                // What waits behind it in its session follows it, in order, in one hand-back.
+                let waiting = match &item.session {
+                    Some(session) => self.gate.give_up(session),
+                    None => Vec::new(),
+                };
+                self.forgive(&waiting).await;
+                let handles: Vec<Handle> = std::iter::once(item.handle.clone())
+                    .chain(waiting.iter().map(|w| w.handle.clone()))
+                    .collect();
                 let nack = Nack {
                     requeue: true,
                     counted: true,
                 };
-                if let Err(e) = self
-                    .consumer
-                    .nack(std::slice::from_ref(&item.handle), nack)
-                    .await
-                {
+                if let Err(e) = self.consumer.nack(&handles, nack).await {
                     tracing::error!(queue = %self.name, provider = %self.provider, "could not hand the message back either; the broker redelivers it when its lease or connection ends: {e}");
                 }
+                false
             }
+        }
+    }
+
+    /// In a queue with sessions: hand back what waits behind `item` in its session (it went
+    /// back to the broker, so they follow it there, in order).
+    async fn hand_back_waiting(&self, item: &Item) {
+        let Some(session) = &item.session else {
+            return;
+        };
+        let waiting = self.gate.give_up(session);
+        if !waiting.is_empty() {
+            self.release(waiting).await;
         }
     }
 }

@@ -298,6 +298,14 @@ impl QueueStore for PostgresStore {
         self.settle_handoff_now(key, failure).await
     }
 
+    async fn sessions_in_use(
+        &self,
+        queue: &str,
+        sessions: &[String],
+    ) -> Result<Vec<String>, QueueError> {
+        self.live_now(queue, sessions).await
+    }
+
     async fn blocked_sessions(
         &self,
         queue: Option<&str>,
