@@ -1,5 +1,7 @@
 //! Ordered sessions through crashes: `wharf run` is killed (SIGKILL) again and again while
-//! sessions block, park, get resolved by an operator and drain. Afterwards every message is
+//! sessions block, park, get resolved by an operator and drain — on a SQL queue, and on
+//! external queues (Kafka, RabbitMQ), where messages also wait on the host behind their
+//! session and move between the broker and the SQL queue. Afterwards every message is
 //! processed, no session is blocked or parked, and every session ran in order (a message
 //! that ran again after a crash runs again before the next one, never after it).
 
@@ -7,8 +9,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use wharf_host::external::rabbitmq::RabbitSettings;
 use wharf_host::queue::{MessageFilter, NewMessage, QueueStore, Status};
-use wharf_tests::{TestDir, spawn_wharf};
+use wharf_tests::kafka::{TEST_PROPERTIES, kafka_brokers};
+use wharf_tests::{TestDir, amqp_delete, amqp_url, spawn_wharf, unique_prefix};
 
 const SESSIONS: usize = 12;
 const PER_SESSION: u64 = 6;
@@ -153,7 +157,12 @@ async fn sigkill_during_block_park_resolve_and_drain_loses_and_reorders_nothing(
         "{counts:?}"
     );
 
-    // Every session ran in order: a rerun after a crash may repeat a message, never go back.
+    assert_each_session_in_order(&*store).await;
+}
+
+/// Every session replied to each of its messages, in order: a rerun after a crash may repeat
+/// a message, never go back.
+async fn assert_each_session_in_order(store: &dyn QueueStore) {
     let mut replies = all(&*store, "replies").await;
     replies.sort_by_key(|m| m.key);
     let mut seen: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
@@ -177,4 +186,154 @@ async fn sigkill_during_block_park_resolve_and_drain_loses_and_reorders_nothing(
 
 async fn counts(store: &dyn QueueStore) -> Vec<(Status, u64)> {
     store.counts("orders").await.unwrap()
+}
+
+/// The queues of the external case: `orders` on the provider `section`.
+fn external_queues(section: &str) -> String {
+    format!(
+        r#"
+[external]
+reconcile_interval = "300ms"
+
+[providers.broker]
+{section}
+
+[queues.orders]
+handler = "flaky"
+storage = "external"
+provider = "broker"
+sessions = true
+concurrency = 8
+lease = "1s"
+timeout = "500ms"
+max_attempts = 50
+backoff = "20ms"
+max_backoff = "50ms"
+inbox = {{ store = "sql" }}
+
+[queues.replies]
+handler = "not-deployed"
+"#
+    )
+}
+
+/// The external case: the messages are published into the broker by `wharf enqueue --file`
+/// (with MessageIds, so the inbox skips what ran before a crash), then a host is killed
+/// again and again while an operator resolves what blocks.
+async fn sigkill_on_an_external_queue(section: &str) {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    dir.write_config(&external_queues(section));
+    let mut lines = String::new();
+    for n in 0..PER_SESSION {
+        for s in 0..SESSIONS {
+            let mut line: serde_json::Value = serde_json::from_str(&payload(s, n, false)).unwrap();
+            line["id"] = json!(format!("s{s}-{n}"));
+            line["session"] = json!(format!("s{s}"));
+            lines.push_str(&format!("{line}\n"));
+        }
+    }
+    std::fs::write(dir.path("events.jsonl"), lines).unwrap();
+    let (ok, _, err) = dir.wharf(&[
+        "enqueue",
+        "orders",
+        "--file",
+        "events.jsonl",
+        "--id-from",
+        "/id",
+        "--session-from",
+        "/session",
+    ]);
+    assert!(ok, "{err}");
+    let store = dir.sqlite_store().await;
+
+    let total = SESSIONS * PER_SESSION as usize;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut kills = 0;
+    let mut host = spawn_wharf(dir.dir.path());
+    let mut done_at_start = 0;
+    let mut working_since: Option<Instant> = None;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "not done after {kills} kills: {} of {total} replied, {:?}",
+            replied(&*store).await,
+            counts(&*store).await
+        );
+        resolve(&dir, &*store).await;
+        let done = replied(&*store).await;
+        let settled = counts(&*store)
+            .await
+            .iter()
+            .all(|(status, _)| *status == Status::Processed);
+        if done == total && settled {
+            break;
+        }
+        if done > done_at_start && working_since.is_none() {
+            working_since = Some(Instant::now());
+        }
+        let kill_after = Duration::from_millis(40 * (kills % 5));
+        if kills < 8 && working_since.is_some_and(|t| t.elapsed() >= kill_after) {
+            host.kill();
+            kills += 1;
+            host = spawn_wharf(dir.dir.path());
+            done_at_start = done;
+            working_since = None;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    host.terminate();
+    assert!(kills >= 3, "the host was killed {kills} times");
+    assert!(store.blocked_sessions(None, 10).await.unwrap().is_empty());
+    assert_each_session_in_order(&*store).await;
+}
+
+/// How many distinct messages replied.
+async fn replied(store: &dyn QueueStore) -> usize {
+    let mut seen: Vec<(u64, u64)> = all(store, "replies")
+        .await
+        .iter()
+        .map(|m| {
+            let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+            (
+                v["seen"]["s"].as_u64().unwrap(),
+                v["seen"]["n"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_on_a_kafka_session_queue_loses_and_reorders_nothing() {
+    let prefix = unique_prefix("crash").replace(':', ".");
+    let section = format!(
+        "type = \"kafka\"\nbrokers = \"{}\"\ntopic_prefix = \"{prefix}\"\nprocessing_group = \"{prefix}processing\"\nreadiness_group = \"{prefix}readiness\"\npartitions = 3\n{TEST_PROPERTIES}",
+        kafka_brokers()
+    );
+    sigkill_on_an_external_queue(&section).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_on_a_rabbitmq_session_queue_loses_and_reorders_nothing() {
+    let prefix = unique_prefix("crash").replace(':', ".");
+    let section = format!(
+        "type = \"rabbitmq\"\nurl = \"{}\"\nexchange_prefix = \"{prefix}\"\nqueue_prefix = \"{prefix}\"\nsingle_active_consumer = true",
+        amqp_url()
+    );
+    let names = RabbitSettings {
+        exchange_prefix: prefix.clone(),
+        queue_prefix: prefix.clone(),
+        ..RabbitSettings::new(amqp_url())
+    }
+    .names("orders");
+    sigkill_on_an_external_queue(&section).await;
+    amqp_delete(
+        &amqp_url(),
+        &[names.processing, names.readiness],
+        &[names.exchange],
+    )
+    .await;
 }

@@ -193,6 +193,18 @@ pub trait QueueStore: Send + Sync + 'static {
         Err(QueueError::Unsupported("sessions"))
     }
 
+    /// Which of the MessageIds `ids` name a session message the SQL queue holds for `queue`,
+    /// in any status: an external queue's consumer drops a broker copy of one as a
+    /// redelivery (it was moved into the SQL queue before a crash or a lost acknowledgement).
+    async fn session_ids_held(
+        &self,
+        queue: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, QueueError> {
+        let _ = (queue, ids);
+        Err(QueueError::Unsupported("sessions"))
+    }
+
     /// Blocked sessions (of one queue, or all), oldest block first, at most `limit`.
     async fn blocked_sessions(
         &self,

@@ -152,6 +152,8 @@ pub(crate) struct TendSql {
     /// Which of the sessions in the JSON array `$2` of queue `$1` have a message that still
     /// matters for their order (see [`live`]).
     pub live_listed: String,
+    /// Which of the MessageIds in the JSON array `$2` name a session message of queue `$1`.
+    pub held_listed: String,
 }
 
 impl TendSql {
@@ -163,6 +165,11 @@ impl TendSql {
             park_troubled: park(TROUBLED),
             drain_troubled: drain(TROUBLED),
             live_listed: live(&listed.replace("$3", "$2")),
+            held_listed: format!(
+                "SELECT message_id FROM messages
+WHERE queue = $1 AND message_id IN ({}) AND session_key IS NOT NULL",
+                listed.replace("$3", "$2")
+            ),
         }
     }
 }
@@ -309,6 +316,25 @@ macro_rules! session_commands {
                     .fetch_all(self.readers())
                     .await?;
                 Ok(live.into_iter().map(|(s,)| s).collect())
+            }
+
+            /// Session messages held (see [`crate::queue::QueueStore::session_ids_held`]).
+            pub(super) async fn held_now(
+                &self,
+                queue: &str,
+                ids: &[String],
+            ) -> Result<Vec<String>, $crate::queue::QueueError> {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let tend: &$crate::queue::sessions::TendSql = &$tend;
+                let list = serde_json::to_string(ids).expect("strings serialize");
+                let held: Vec<(String,)> = sqlx::query_as(tend.held_listed.as_str())
+                    .bind(queue)
+                    .bind(list)
+                    .fetch_all(self.readers())
+                    .await?;
+                Ok(held.into_iter().map(|(id,)| id).collect())
             }
 
             /// Blocked sessions (see [`crate::queue::QueueStore::blocked_sessions`]).

@@ -132,9 +132,10 @@ impl super::ExternalSource {
         works: Vec<Work<Arc<Item>>>,
         inbox: Option<&InboxBinding>,
     ) -> Result<Vec<Work<Arc<Item>>>, String> {
+        let vetted = |w: &Work<Arc<Item>>| w.decided.is_none() && w.handle.session.is_some();
         let mut keys: Vec<String> = works
             .iter()
-            .filter(|w| w.decided.is_none())
+            .filter(|w| vetted(w))
             .filter_map(|w| w.handle.session.clone())
             .collect();
         if keys.is_empty() {
@@ -142,8 +143,18 @@ impl super::ExternalSource {
         }
         keys.sort();
         keys.dedup();
-        let in_use = match self.sql.sessions_in_use(&self.name, &keys).await {
-            Ok(in_use) => in_use,
+        let ids: Vec<String> = works
+            .iter()
+            .filter(|w| vetted(w))
+            .filter_map(|w| w.message.id.clone())
+            .collect();
+        let looked_up = async {
+            let held = self.sql.session_ids_held(&self.name, &ids).await?;
+            let in_use = self.sql.sessions_in_use(&self.name, &keys).await?;
+            Ok::<_, crate::queue::QueueError>((held, in_use))
+        };
+        let (held, in_use) = match looked_up.await {
+            Ok(found) => found,
             Err(e) => {
                 self.gate.put_back(works);
                 return Err(format!(
@@ -152,6 +163,19 @@ impl super::ExternalSource {
                 ));
             }
         };
+        // A broker copy of a message the SQL queue already holds was moved there before a
+        // crash or a lost acknowledgement: the SQL queue owns it, so it never runs again here.
+        let (again, works): (Vec<_>, Vec<_>) = works
+            .into_iter()
+            .partition(|w| vetted(w) && w.message.id.as_ref().is_some_and(|id| held.contains(id)));
+        let drops = again.iter().map(|w| async move {
+            tracing::info!(queue = %self.name, provider = %self.provider, delivery = %w.label, "delivered again after it moved into the SQL queue: acknowledged without running");
+            self.ack(&w.handle).await;
+            if let Some(session) = &w.handle.session {
+                self.gate.settled(session);
+            }
+        });
+        futures_util::future::join_all(drops).await;
         let (mut behind, mut out): (Vec<_>, Vec<_>) = works.into_iter().partition(|w| {
             w.decided.is_none()
                 && w.handle

@@ -306,6 +306,14 @@ impl QueueStore for PostgresStore {
         self.live_now(queue, sessions).await
     }
 
+    async fn session_ids_held(
+        &self,
+        queue: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, QueueError> {
+        self.held_now(queue, ids).await
+    }
+
     async fn blocked_sessions(
         &self,
         queue: Option<&str>,
