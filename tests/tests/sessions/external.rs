@@ -188,7 +188,7 @@ on_every_broker!(
     sessions_run_in_order_under_concurrency_32_also_through_retries,
     a_failure_parks_its_session_in_sql_until_a_retry_drains_it,
     a_handoff_blocks_its_session_until_completed,
-    a_redelivered_duplicate_in_a_blocked_session_is_skipped_not_parked,
+    redelivered_copies_in_a_blocked_session_neither_run_nor_move,
     two_hosts_sharing_the_queue_keep_each_session_in_order,
 );
 
@@ -288,7 +288,7 @@ async fn a_handoff_blocks_its_session_until_completed(broker: Broker) {
     host.shutdown().await;
 }
 
-async fn a_redelivered_duplicate_in_a_blocked_session_is_skipped_not_parked(broker: Broker) {
+async fn redelivered_copies_in_a_blocked_session_neither_run_nor_move(broker: Broker) {
     let (dir, inbox) = (TestDir::new(), Arc::new(Inbox::default()));
     let scope = Scope::new(broker, 1, 8);
     let host = start(&dir, &inbox, &scope.text).await;
@@ -300,11 +300,13 @@ async fn a_redelivered_duplicate_in_a_blocked_session_is_skipped_not_parked(brok
     )
     .await;
     let failed = in_sql(&host, "a-2").await;
-    wait_status(&host, failed.key, Status::Failed, T).await;
-    // A direct producer sends a-1 again, then a-3: the duplicate is checked before the
-    // session rules (skipped), a-3 is parked behind the failure.
+    let failed = wait_status(&host, failed.key, Status::Failed, T).await;
+    // The broker hands out a-1 again (the consumer inbox recorded it: checked before the
+    // session rules, it is skipped) and a-2 again (the SQL queue holds it: dropped), then
+    // a-3, which is parked behind the failure.
     let payload = |n: usize| json!({"s": "a", "n": n, "reply_to": "replies"});
     scope.produce("a", payload(1), "a-1").await;
+    scope.produce("a", payload(2), "a-2").await;
     scope.produce("a", payload(3), "a-3").await;
     let parked = in_sql(&host, "a-3").await;
     wait_status(&host, parked.key, Status::Parked, T).await;
@@ -313,10 +315,16 @@ async fn a_redelivered_duplicate_in_a_blocked_session_is_skipped_not_parked(brok
         !rows.iter().any(|m| m.id.as_deref() == Some("a-1")),
         "the duplicate was not moved behind the failure: {rows:?}"
     );
+    let kept = rows.iter().find(|m| m.key == failed.key).unwrap();
+    assert_eq!(
+        (kept.status.clone(), kept.version, &kept.payload),
+        (Status::Failed, failed.version, &failed.payload),
+        "the SQL queue's copy of a-2 is untouched"
+    );
     assert_eq!(
         order_per_session(&host).await["a"],
         [1],
-        "it did not run again"
+        "nothing ran again"
     );
     host.shutdown().await;
 }
