@@ -163,7 +163,7 @@ async fn sigkill_during_block_park_resolve_and_drain_loses_and_reorders_nothing(
 /// Every session replied to each of its messages, in order: a rerun after a crash may repeat
 /// a message, never go back.
 async fn assert_each_session_in_order(store: &dyn QueueStore) {
-    let mut replies = all(&*store, "replies").await;
+    let mut replies = all(store, "replies").await;
     replies.sort_by_key(|m| m.key);
     let mut seen: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
     for m in replies {
