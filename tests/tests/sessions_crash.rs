@@ -112,28 +112,51 @@ async fn sigkill_during_block_park_resolve_and_drain_loses_and_reorders_nothing(
     store.enqueue_many("orders", batch, false).await.unwrap();
 
     let total = SESSIONS * PER_SESSION as usize;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let mut kills = 0;
-    let mut host = spawn_wharf(dir.dir.path());
-    // The processed count when the host was (re)started, and when it first moved since.
-    let mut done_at_start = 0;
-    let mut working_since: Option<Instant> = None;
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "not done after {kills} kills: {:?}",
-            counts(&*store).await
-        );
-        resolve(&dir, &*store).await;
+    crash_until_done(&dir, &*store, async || {
         let done = all(&*store, "orders")
             .await
             .iter()
             .filter(|m| m.status == Status::Processed)
             .count();
-        if done == total {
+        (done, done == total)
+    })
+    .await;
+    assert!(store.blocked_sessions(None, 10).await.unwrap().is_empty());
+    let counts = counts(&*store).await;
+    assert_eq!(
+        counts,
+        vec![(Status::Processed, total as u64)],
+        "{counts:?}"
+    );
+
+    assert_each_session_in_order(&*store).await;
+}
+
+/// Run `wharf run` in `dir`, SIGKILL it and start it again (up to eight times, each time once
+/// it is working again, at a varying moment after that) while an operator resolves what blocks,
+/// until `progress` says it is finished; it returns how far the work is and whether it is done.
+async fn crash_until_done(
+    dir: &TestDir,
+    store: &dyn QueueStore,
+    mut progress: impl AsyncFnMut() -> (usize, bool),
+) {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut kills = 0;
+    let mut host = spawn_wharf(dir.dir.path());
+    // The progress when the host was (re)started, and when it first moved since.
+    let mut done_at_start = 0;
+    let mut working_since: Option<Instant> = None;
+    loop {
+        resolve(dir, store).await;
+        let (done, finished) = progress().await;
+        if finished {
             break;
         }
-        // Kill it once it is working again, at a varying moment after that.
+        assert!(
+            Instant::now() < deadline,
+            "not done after {kills} kills: at {done}, {:?}",
+            counts(store).await
+        );
         if done > done_at_start && working_since.is_none() {
             working_since = Some(Instant::now());
         }
@@ -149,15 +172,6 @@ async fn sigkill_during_block_park_resolve_and_drain_loses_and_reorders_nothing(
     }
     host.terminate();
     assert!(kills >= 3, "the host was killed {kills} times");
-    assert!(store.blocked_sessions(None, 10).await.unwrap().is_empty());
-    let counts = counts(&*store).await;
-    assert_eq!(
-        counts,
-        vec![(Status::Processed, total as u64)],
-        "{counts:?}"
-    );
-
-    assert_each_session_in_order(&*store).await;
 }
 
 /// Every session replied to each of its messages, in order: a rerun after a crash may repeat
@@ -248,42 +262,15 @@ async fn sigkill_on_an_external_queue(section: &str) {
     let store = dir.sqlite_store().await;
 
     let total = SESSIONS * PER_SESSION as usize;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    let mut kills = 0;
-    let mut host = spawn_wharf(dir.dir.path());
-    let mut done_at_start = 0;
-    let mut working_since: Option<Instant> = None;
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "not done after {kills} kills: {} of {total} replied, {:?}",
-            replied(&*store).await,
-            counts(&*store).await
-        );
-        resolve(&dir, &*store).await;
+    crash_until_done(&dir, &*store, async || {
         let done = replied(&*store).await;
         let settled = counts(&*store)
             .await
             .iter()
             .all(|(status, _)| *status == Status::Processed);
-        if done == total && settled {
-            break;
-        }
-        if done > done_at_start && working_since.is_none() {
-            working_since = Some(Instant::now());
-        }
-        let kill_after = Duration::from_millis(40 * (kills % 5));
-        if kills < 8 && working_since.is_some_and(|t| t.elapsed() >= kill_after) {
-            host.kill();
-            kills += 1;
-            host = spawn_wharf(dir.dir.path());
-            done_at_start = done;
-            working_since = None;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    host.terminate();
-    assert!(kills >= 3, "the host was killed {kills} times");
+        (done, done == total && settled)
+    })
+    .await;
     assert!(store.blocked_sessions(None, 10).await.unwrap().is_empty());
     assert_each_session_in_order(&*store).await;
 }
