@@ -202,33 +202,14 @@ async fn counts(store: &dyn QueueStore) -> Vec<(Status, u64)> {
     store.counts("orders").await.unwrap()
 }
 
-/// The queues of the external case: `orders` on the provider `section`.
+/// The queues of the external case: `orders` on the provider `section`, otherwise as in
+/// [`QUEUES`].
 fn external_queues(section: &str) -> String {
-    format!(
-        r#"
-[external]
-reconcile_interval = "300ms"
-
-[providers.broker]
-{section}
-
-[queues.orders]
-handler = "flaky"
-storage = "external"
-provider = "broker"
-sessions = true
-concurrency = 8
-lease = "1s"
-timeout = "500ms"
-max_attempts = 50
-backoff = "20ms"
-max_backoff = "50ms"
-inbox = {{ store = "sql" }}
-
-[queues.replies]
-handler = "not-deployed"
-"#
-    )
+    let queues = QUEUES.replace(
+        "handler = \"flaky\"\n",
+        "handler = \"flaky\"\nstorage = \"external\"\nprovider = \"broker\"\n",
+    );
+    format!("[external]\nreconcile_interval = \"300ms\"\n\n[providers.broker]\n{section}\n{queues}")
 }
 
 /// The external case: the messages are published into the broker by `wharf enqueue --file`

@@ -305,17 +305,8 @@ macro_rules! session_commands {
                 queue: &str,
                 sessions: &[String],
             ) -> Result<Vec<String>, $crate::queue::QueueError> {
-                if sessions.is_empty() {
-                    return Ok(Vec::new());
-                }
                 let tend: &$crate::queue::sessions::TendSql = &$tend;
-                let list = serde_json::to_string(sessions).expect("strings serialize");
-                let live: Vec<(String,)> = sqlx::query_as(tend.live_listed.as_str())
-                    .bind(queue)
-                    .bind(list)
-                    .fetch_all(self.readers())
-                    .await?;
-                Ok(live.into_iter().map(|(s,)| s).collect())
+                self.select_listed(&tend.live_listed, queue, sessions).await
             }
 
             /// Session messages held (see [`crate::queue::QueueStore::session_ids_held`]).
@@ -324,17 +315,28 @@ macro_rules! session_commands {
                 queue: &str,
                 ids: &[String],
             ) -> Result<Vec<String>, $crate::queue::QueueError> {
-                if ids.is_empty() {
+                let tend: &$crate::queue::sessions::TendSql = &$tend;
+                self.select_listed(&tend.held_listed, queue, ids).await
+            }
+
+            /// The text column `sql` selects for `queue` (`$1`) and `items` (`$2`, a JSON
+            /// array); nothing for no items.
+            async fn select_listed(
+                &self,
+                sql: &str,
+                queue: &str,
+                items: &[String],
+            ) -> Result<Vec<String>, $crate::queue::QueueError> {
+                if items.is_empty() {
                     return Ok(Vec::new());
                 }
-                let tend: &$crate::queue::sessions::TendSql = &$tend;
-                let list = serde_json::to_string(ids).expect("strings serialize");
-                let held: Vec<(String,)> = sqlx::query_as(tend.held_listed.as_str())
+                let list = serde_json::to_string(items).expect("strings serialize");
+                let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
                     .bind(queue)
                     .bind(list)
                     .fetch_all(self.readers())
                     .await?;
-                Ok(held.into_iter().map(|(id,)| id).collect())
+                Ok(rows.into_iter().map(|(v,)| v).collect())
             }
 
             /// Blocked sessions (see [`crate::queue::QueueStore::blocked_sessions`]).
