@@ -189,6 +189,7 @@ on_every_broker!(
     a_failure_parks_its_session_in_sql_until_a_retry_drains_it,
     a_handoff_blocks_its_session_until_completed,
     redelivered_copies_in_a_blocked_session_neither_run_nor_move,
+    an_inbox_outage_keeps_the_session_in_order,
     two_hosts_sharing_the_queue_keep_each_session_in_order,
 );
 
@@ -252,6 +253,11 @@ async fn a_failure_parks_its_session_in_sql_until_a_retry_drains_it(broker: Brok
     let (ok, _, err) = dir.wharf(&["messages", "retry", &failed.key.to_string()]);
     assert!(ok, "{err}");
     wait_status(&host, parked[1].key, Status::Processed, T).await;
+    // Each moved message recorded its broker MessageId when it succeeded.
+    for id in ["a-2", "a-3", "a-4"] {
+        let key = InboxKey::new("orders", id).unwrap();
+        assert!(inbox.inner.is_processed(&key).await.unwrap(), "{id}");
+    }
     // With nothing of the session left in SQL, its next message runs from the broker.
     publish(&host, identified("a", 5, json!({}))).await;
     wait_replies(&host, 6).await;
@@ -357,4 +363,39 @@ async fn two_hosts_sharing_the_queue_keep_each_session_in_order(broker: Broker) 
     assert_in_order(&order_per_session(&first).await);
     first.shutdown().await;
     second.shutdown().await;
+}
+
+async fn an_inbox_outage_keeps_the_session_in_order(broker: Broker) {
+    let (dir, inbox) = (TestDir::new(), Arc::new(Inbox::default()));
+    let scope = Scope::new(broker, 1, 8);
+    let host = start(&dir, &inbox, &scope.text).await;
+    // The inbox fails for a-2: its dispatch aborts before the guest and it waits for another
+    // attempt in the SQL queue, holding its session; a-3 is moved there behind it.
+    *inbox.fail_checks_of.lock().unwrap() = Some("a-2".to_string());
+    for n in 1..=3 {
+        publish(&host, identified("a", n, json!({}))).await;
+    }
+    let aborted = in_sql(&host, "a-2").await;
+    wait_for(T, "an aborted attempt of a-2", || async {
+        let m = host.store.get(aborted.key).await.unwrap()?;
+        m.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("inbox check failed"))
+            .then_some(())
+    })
+    .await;
+    let behind = in_sql(&host, "a-3").await;
+    assert_eq!(
+        order_per_session(&host).await["a"],
+        [1],
+        "a-3 waits behind a-2"
+    );
+    assert_ne!(
+        host.store.get(behind.key).await.unwrap().unwrap().status,
+        Status::Processed
+    );
+    *inbox.fail_checks_of.lock().unwrap() = None;
+    wait_status(&host, behind.key, Status::Processed, T).await;
+    assert_eq!(order_per_session(&host).await["a"], [1, 2, 3]);
+    host.shutdown().await;
 }
