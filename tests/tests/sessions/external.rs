@@ -56,29 +56,13 @@ impl Scope {
                 amqp_url()
             ),
         };
+        // The SQL suite's queues, with `orders` on the broker.
+        let queues = super::queues(concurrency).replace(
+            "handler = \"flaky\"\n",
+            "handler = \"flaky\"\nstorage = \"external\"\nprovider = \"broker\"\n",
+        );
         let text = format!(
-            r#"
-[external]
-reconcile_interval = "300ms"
-
-[providers.broker]
-{provider}
-
-[queues.orders]
-handler = "flaky"
-storage = "external"
-provider = "broker"
-sessions = true
-concurrency = {concurrency}
-batch = 32
-max_attempts = 10
-backoff = "50ms"
-max_backoff = "100ms"
-inbox = {{ store = "memory" }}
-
-[queues.replies]
-handler = "not-deployed"
-"#
+            "[external]\nreconcile_interval = \"300ms\"\n\n[providers.broker]\n{provider}\n{queues}"
         );
         Scope {
             broker,

@@ -177,7 +177,7 @@ impl super::ExternalSource {
         });
         futures_util::future::join_all(drops).await;
         let (mut behind, mut out): (Vec<_>, Vec<_>) = works.into_iter().partition(|w| {
-            w.decided.is_none()
+            vetted(w)
                 && w.handle
                     .session
                     .as_ref()
