@@ -27,6 +27,7 @@ pub struct SqliteInbox {
     pool: SqlitePool,
     table: Arc<str>,
     check: String,
+    check_many: String,
     purge: String,
 }
 
@@ -65,6 +66,10 @@ impl SqliteInbox {
             pool,
             table: Arc::from(table),
             check: format!("SELECT 1 FROM {table} WHERE id_hash = ?1 AND expires_at_ms > ?2"),
+            check_many: format!(
+                "SELECT id_hash FROM {table} WHERE expires_at_ms > ?1
+                     AND id_hash IN (SELECT unhex(value) FROM json_each(?2))"
+            ),
             purge: format!(
                 "DELETE FROM {table} WHERE id_hash IN
                      (SELECT id_hash FROM {table} WHERE endpoint = ?1 AND created_at_ms < ?2 LIMIT ?3)"
@@ -76,21 +81,14 @@ impl SqliteInbox {
 #[async_trait]
 impl InboxStore for SqliteInbox {
     async fn check_many(&self, keys: &[InboxKey]) -> Result<Vec<bool>, InboxError> {
-        let mut found = std::collections::HashSet::new();
-        for part in keys.chunks(500) {
-            let mut check = sqlx::QueryBuilder::<sqlx::Sqlite>::new(format!(
-                "SELECT id_hash FROM {} WHERE expires_at_ms > ",
-                self.table
-            ));
-            check.push_bind(now_ms()).push(" AND id_hash IN (");
-            let mut hashes = check.separated(", ");
-            for key in part {
-                hashes.push_bind(&key.hash[..]);
-            }
-            check.push(")");
-            let rows: Vec<Vec<u8>> = check.build_query_scalar().fetch_all(&self.pool).await?;
-            found.extend(rows);
-        }
+        // The keys travel as one JSON array: one statement text for any batch, kept prepared.
+        let hashes: Vec<String> = keys.iter().map(|k| hex::encode(k.hash)).collect();
+        let rows: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(self.check_many.as_str()))
+            .bind(now_ms())
+            .bind(serde_json::to_string(&hashes).expect("hashes serialize"))
+            .fetch_all(&self.pool)
+            .await?;
+        let found: std::collections::HashSet<Vec<u8>> = rows.into_iter().collect();
         Ok(keys.iter().map(|k| found.contains(&k.hash[..])).collect())
     }
 

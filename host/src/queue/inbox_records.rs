@@ -73,27 +73,36 @@ pub async fn record_postgres(
 }
 
 /// Write `write`'s records on an open SQLite connection (e.g. inside the transaction that
-/// settles the message). Recording an existing key is a no-op.
+/// settles the message). Recording an existing key is a no-op. The rows travel as one JSON
+/// array, so the statement text is the same for any number of rows and stays prepared.
 pub async fn record_sqlite(
     conn: &mut SqliteConnection,
     write: &InboxWrite,
 ) -> Result<(), sqlx::Error> {
     let now = now_ms();
-    // Five values a row: 500 rows stay well within SQLite's bound-parameter limit.
-    for rows in write.rows.chunks(500) {
-        let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(format!(
-            "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms) ",
-            write.table
-        ));
-        insert.push_values(rows, |mut row, key| {
-            row.push_bind(&key.hash[..])
-                .push_bind(key.endpoint.as_str())
-                .push_bind(key.message_id.as_str())
-                .push_bind(now)
-                .push_bind(now + write.retention_ms);
-        });
-        insert.push(" ON CONFLICT (id_hash) DO NOTHING");
-        insert.build().execute(&mut *conn).await?;
-    }
+    let rows: Vec<(String, &str, &str)> = write
+        .rows
+        .iter()
+        .map(|k| {
+            (
+                hex::encode(k.hash),
+                k.endpoint.as_str(),
+                k.message_id.as_str(),
+            )
+        })
+        .collect();
+    let rows = serde_json::to_string(&rows).expect("inbox rows serialize");
+    // `WHERE true` tells SQLite's parser the `ON CONFLICT` belongs to the upsert.
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+         SELECT unhex(value ->> 0), value ->> 1, value ->> 2, ?2, ?3 FROM json_each(?1) WHERE true
+         ON CONFLICT (id_hash) DO NOTHING",
+        write.table
+    )))
+    .bind(rows)
+    .bind(now)
+    .bind(now + write.retention_ms)
+    .execute(conn)
+    .await?;
     Ok(())
 }

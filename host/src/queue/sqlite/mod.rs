@@ -2,6 +2,7 @@
 //! writers, so every transaction here starts with a write and holds the lock it decides under;
 //! identity is still enforced by the unique index on (queue, message_id).
 
+mod checkpoint;
 mod enqueue;
 mod manage;
 mod migrate;
@@ -10,6 +11,7 @@ mod settle;
 mod statements;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,6 +20,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqlitePool};
 
+use self::checkpoint::Checkpointer;
 use self::enqueue::SqliteEnqueue;
 use self::settle::SqliteSettle;
 use self::statements::*;
@@ -38,6 +41,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// Connections for reads (operator listings, counts), beside the writer (WAL).
     readers: SqlitePool,
+    /// Checkpoints the log off the writer's path (none for an in-memory database).
+    _checkpointer: Option<Arc<Checkpointer>>,
 }
 
 impl SqliteStore {
@@ -51,21 +56,33 @@ impl SqliteStore {
             // of a temporary file written for every multi-statement settlement.
             .pragma("temp_store", "memory")
             .busy_timeout(Duration::from_secs(30));
+        let writer = options.clone().pragma(
+            "wal_autocheckpoint",
+            checkpoint::WRITER_BACKSTOP_PAGES.to_string(),
+        );
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
-            .connect_with(options.clone())
+            .connect_with(writer)
             .await?;
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
         migrate::migrate(&pool, options.get_filename(), in_memory).await?;
-        let readers = if in_memory {
-            pool.clone() // another connection would open another database
+        let (readers, checkpointer) = if in_memory {
+            (pool.clone(), None) // another connection would open another database
         } else {
-            SqlitePoolOptions::new()
+            let readers = SqlitePoolOptions::new()
                 .max_connections(max_connections.max(1))
-                .connect_with(options)
-                .await?
+                .connect_with(options.clone())
+                .await?;
+            (
+                readers,
+                Some(Arc::new(Checkpointer::start(&options).await?)),
+            )
         };
-        Ok(SqliteStore { pool, readers })
+        Ok(SqliteStore {
+            pool,
+            readers,
+            _checkpointer: checkpointer,
+        })
     }
 
     /// The connections reads go through.
