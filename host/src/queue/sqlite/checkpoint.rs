@@ -51,6 +51,7 @@ impl Checkpointer {
                 {
                     tracing::debug!(%error, "SQLite WAL checkpoint failed; retrying next tick");
                     if conn.ping().await.is_err() {
+                        tracing::warn!(%error, "the SQLite checkpointing connection is lost; the writer checkpoints the log itself from now on (every {WRITER_BACKSTOP_PAGES} pages)");
                         return;
                     }
                 }
