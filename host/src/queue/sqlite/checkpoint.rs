@@ -19,7 +19,7 @@ use sqlx::{ConnectOptions, Connection};
 use tokio::task::JoinHandle;
 
 /// How often the log is checkpointed.
-pub(super) const INTERVAL: Duration = Duration::from_millis(100);
+const INTERVAL: Duration = Duration::from_millis(100);
 
 /// Log pages after which the writer checkpoints in its own commit (4 KiB pages: ~40 MiB).
 pub(super) const WRITER_BACKSTOP_PAGES: u32 = 10_000;
