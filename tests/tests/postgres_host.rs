@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
-use wharf_host::queue::{PostgresStore, QueueStore, Status};
+use wharf_host::queue::{
+    Disposition, NewMessage, PostgresStore, QueueStore, Settlement, Status, VACUUM_AFTER_LEASES,
+};
 use wharf_tests::{PgSchema, TestDir, count, database_url, messages, msg, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(30);
@@ -204,4 +206,55 @@ async fn hosts_starting_at_once_on_a_new_schema_all_open_it() {
             opened.expect("every host opens the new schema");
         }
     }
+}
+
+/// A lease leaves a dead entry at the front of the ready index, which every later lease steps
+/// over until the table is vacuumed: the store vacuums its own table once enough messages
+/// were leased, without waiting for autovacuum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_vacuums_its_table_once_enough_messages_were_leased() {
+    let schema = PgSchema::new();
+    let store = PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 4)
+        .await
+        .unwrap();
+    let total = VACUUM_AFTER_LEASES as usize + 500;
+    let backlog: Vec<NewMessage> = (0..total)
+        .map(|n| NewMessage {
+            payload: format!("{{\"n\":{n}}}"),
+            ..NewMessage::default()
+        })
+        .collect();
+    store.enqueue_many("work", backlog, false).await.unwrap();
+    let vacuums = || async {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&database_url())
+            .await
+            .unwrap();
+        let count: i64 = sqlx::query_scalar(
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'messages'",
+        )
+        .bind(&schema.name)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        count
+    };
+    assert_eq!(vacuums().await, 0, "no vacuum before any lease");
+
+    let mut leased = 0;
+    while leased < total {
+        let batch = store.lease("work", 500, 60_000).await.unwrap();
+        assert!(!batch.is_empty(), "the backlog ran out after {leased}");
+        leased += batch.len();
+        let done: Vec<Settlement> = batch
+            .iter()
+            .map(|m| Settlement::new(m.lease, Disposition::Complete))
+            .collect();
+        store.settle(&done).await.unwrap();
+    }
+    wait_for(
+        T,
+        "the store's own vacuum of its messages table",
+        || async { (vacuums().await >= 1).then_some(()) },
+    )
+    .await;
 }

@@ -29,7 +29,7 @@ pub(crate) use inbox_records::inbox_writes;
 pub use inbox_records::{InboxRow, InboxWrite, record_postgres, record_sqlite};
 pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
-pub use postgres::PostgresStore;
+pub use postgres::{PostgresStore, VACUUM_AFTER_LEASES};
 pub use sqlite::SqliteStore;
 pub use status::Status;
 pub use types::{

@@ -9,6 +9,7 @@ mod manage;
 mod sessions;
 mod settle;
 mod statements;
+mod upkeep;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::settle::PgSettle;
 use self::statements::*;
+pub use self::upkeep::VACUUM_AFTER_LEASES;
 use super::rows::{decode_headers, leased_in_order, stored_from_row};
 use super::{
     Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage, NextVersion,
@@ -44,6 +46,8 @@ pub struct PostgresStore {
     /// never starves the processors.
     settle_pool: PgPool,
     notifier: Arc<Notifier>,
+    /// Vacuums `messages` as leases leave dead entries in the ready index.
+    upkeep: Arc<upkeep::Upkeep>,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -95,6 +99,7 @@ impl PostgresStore {
             lease_pool,
             settle_pool,
             notifier: Arc::default(),
+            upkeep: Arc::default(),
         })
     }
 
@@ -253,6 +258,7 @@ impl QueueStore for PostgresStore {
             .bind(max as i64)
             .fetch_all(&self.lease_pool)
             .await?;
+        self.upkeep.leased(rows.len(), &self.pool);
         Ok(leased_in_order!(rows))
     }
 
@@ -277,6 +283,7 @@ impl QueueStore for PostgresStore {
             .bind(&inbox.endpoint)
             .fetch_all(&self.lease_pool)
             .await?;
+        self.upkeep.leased(rows.len(), &self.pool);
         Ok(leased_in_order!(rows))
     }
 

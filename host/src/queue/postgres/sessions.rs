@@ -44,6 +44,7 @@ impl PostgresStore {
                     .await?
             }
         };
+        self.upkeep.leased(rows.len(), &self.pool);
         Ok(leased_in_order!(rows))
     }
 }
