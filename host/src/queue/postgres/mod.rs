@@ -95,11 +95,11 @@ impl PostgresStore {
             .connect_with(options.options([("synchronous_commit", "off")]))
             .await?;
         Ok(PostgresStore {
+            upkeep: upkeep::Upkeep::new(pool.clone()),
             pool,
             lease_pool,
             settle_pool,
             notifier: Arc::default(),
-            upkeep: Arc::default(),
         })
     }
 
@@ -258,7 +258,7 @@ impl QueueStore for PostgresStore {
             .bind(max as i64)
             .fetch_all(&self.lease_pool)
             .await?;
-        self.upkeep.leased(rows.len(), &self.pool);
+        self.upkeep.leased(rows.len());
         Ok(leased_in_order!(rows))
     }
 
@@ -283,7 +283,7 @@ impl QueueStore for PostgresStore {
             .bind(&inbox.endpoint)
             .fetch_all(&self.lease_pool)
             .await?;
-        self.upkeep.leased(rows.len(), &self.pool);
+        self.upkeep.leased(rows.len());
         Ok(leased_in_order!(rows))
     }
 

@@ -44,7 +44,7 @@ impl PostgresStore {
                     .await?
             }
         };
-        self.upkeep.leased(rows.len(), &self.pool);
+        self.upkeep.leased(rows.len());
         Ok(leased_in_order!(rows))
     }
 }

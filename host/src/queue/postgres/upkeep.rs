@@ -28,8 +28,10 @@ const PACE: u32 = 4;
 const VACUUM: &str = "VACUUM (ANALYZE, SKIP_LOCKED, INDEX_CLEANUP ON) messages";
 
 /// The vacuum schedule of one store (shared by its clones).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Upkeep {
+    /// Where the vacuum runs (the store's main pool).
+    pool: PgPool,
     /// Messages leased since the last vacuum began.
     leased: AtomicU64,
     /// A vacuum is running.
@@ -41,8 +43,19 @@ pub(super) struct Upkeep {
 }
 
 impl Upkeep {
-    /// Count `n` leased messages; start a vacuum on `pool` in the background when due.
-    pub(super) fn leased(self: &Arc<Self>, n: usize, pool: &PgPool) {
+    /// The schedule of the store whose main pool is `pool`.
+    pub(super) fn new(pool: PgPool) -> Arc<Self> {
+        Arc::new(Upkeep {
+            pool,
+            leased: AtomicU64::new(0),
+            running: AtomicBool::new(false),
+            not_before: std::sync::Mutex::new(None),
+            failed: AtomicBool::new(false),
+        })
+    }
+
+    /// Count `n` leased messages; start a vacuum in the background when due.
+    pub(super) fn leased(self: &Arc<Self>, n: usize) {
         let total = self.leased.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         if total < VACUUM_AFTER_LEASES {
             return;
@@ -56,10 +69,9 @@ impl Upkeep {
         }
         self.leased.store(0, Ordering::Relaxed);
         let upkeep = self.clone();
-        let pool = pool.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            match sqlx::raw_sql(VACUUM).execute(&pool).await {
+            match sqlx::raw_sql(VACUUM).execute(&upkeep.pool).await {
                 Ok(_) => tracing::debug!(took = ?started.elapsed(), "vacuumed the messages table"),
                 Err(e) if !upkeep.failed.swap(true, Ordering::Relaxed) => {
                     tracing::warn!(
