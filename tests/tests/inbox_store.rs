@@ -353,3 +353,113 @@ async fn postgres_lease_checks_the_same_keys_the_store_records() {
         .unwrap();
     assert!(third.iter().all(|m| m.inbox_processed == Some(false)));
 }
+
+/// A settlement batch writes its inbox records with its completions, on every SQL store, also
+/// for a message re-enqueued while it was leased (its newer version takes over) and for one
+/// that lost its lease: a record follows the handler's success.
+async fn completions_record_their_inbox_entries(
+    queue: &dyn wharf_host::queue::QueueStore,
+    inbox: &dyn InboxStore,
+) {
+    use wharf_host::queue::{
+        Disposition, InboxRow, InboxWrite, NewMessage, SettleResult, Settlement, Status,
+    };
+    let message = |id: &str, payload: &str| NewMessage {
+        id: Some(id.to_string()),
+        payload: payload.to_string(),
+        ..NewMessage::default()
+    };
+    for id in ["lost", "plain", "renewed"] {
+        queue
+            .enqueue("q", message(id, "{\"v\":1}"), false)
+            .await
+            .unwrap();
+    }
+    // "lost" is leased, its lease expires and another processor leases it again.
+    let lost = queue.lease("q", 1, 0).await.unwrap().remove(0);
+    assert_eq!(lost.id.as_deref(), Some("lost"));
+    assert_eq!(queue.expire_leases("q", 5, true).await.unwrap(), 1);
+    let mut leased = queue.lease("q", 10, 60_000).await.unwrap();
+    assert_eq!(leased.len(), 3);
+    leased.retain(|m| m.id.as_deref() != Some("lost"));
+    leased.push(lost);
+    queue
+        .enqueue("q", message("renewed", "{\"v\":2}"), false)
+        .await
+        .unwrap();
+
+    let endpoint = "completions";
+    let settlements: Vec<Settlement> = leased
+        .iter()
+        .map(|m| {
+            let key = key(endpoint, &m.delivery_id);
+            Settlement {
+                inbox: Some(InboxWrite {
+                    table: "wharf_inbox".into(),
+                    rows: vec![InboxRow {
+                        hash: key.hash,
+                        endpoint: key.endpoint,
+                        message_id: key.message_id,
+                    }],
+                    retention_ms: WEEK,
+                }),
+                ..Settlement::new(m.lease, Disposition::Complete)
+            }
+        })
+        .collect();
+    let results = queue.settle(&settlements).await.unwrap();
+    for (m, result) in leased.iter().zip(&results) {
+        let expected = match m.id.as_deref() {
+            Some("lost") => SettleResult::LeaseLost,
+            _ => SettleResult::Applied,
+        };
+        assert_eq!(*result, expected, "{:?}", m.id);
+        assert!(
+            inbox
+                .is_processed(&key(endpoint, &m.delivery_id))
+                .await
+                .unwrap(),
+            "inbox record of {:?}",
+            m.id
+        );
+    }
+    let plain = leased
+        .iter()
+        .find(|m| m.id.as_deref() == Some("plain"))
+        .unwrap();
+    let stored = queue.get(plain.lease.key).await.unwrap().unwrap();
+    assert_eq!(stored.status, Status::Processed);
+    let renewed = leased
+        .iter()
+        .find(|m| m.id.as_deref() == Some("renewed"))
+        .unwrap();
+    let stored = queue.get(renewed.lease.key).await.unwrap().unwrap();
+    assert_eq!(stored.status, Status::Pending);
+    assert_eq!(stored.payload, "{\"v\":2}");
+    let history = queue.history("q", "renewed").await.unwrap();
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0].status, Status::Processed);
+    assert_eq!(history[0].payload, "{\"v\":1}");
+}
+
+#[tokio::test]
+async fn sqlite_completions_record_their_inbox_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("queue.db").display());
+    let queue = wharf_host::queue::SqliteStore::open(&url, 2).await.unwrap();
+    let inbox = SqliteInbox::open(&url, "wharf_inbox", true).await.unwrap();
+    completions_record_their_inbox_entries(&queue, &inbox).await;
+}
+
+#[tokio::test]
+async fn postgres_completions_record_their_inbox_entries() {
+    let schema = PgSchema::new();
+    let queue =
+        wharf_host::queue::PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 2)
+            .await
+            .unwrap();
+    let inbox = PostgresInbox::open(&database_url(), Some(&schema.name), "wharf_inbox", true)
+        .await
+        .unwrap();
+    completions_record_their_inbox_entries(&queue, &inbox).await;
+}

@@ -47,7 +47,8 @@ pub(crate) fn inbox_writes(settlements: &[Settlement]) -> Vec<InboxWrite> {
 }
 
 /// Write `write`'s records on an open PostgreSQL connection (e.g. inside the transaction that
-/// settles the message). Recording an existing key is a no-op.
+/// settles the message). Recording an existing key is a no-op. Keys are inserted in hash
+/// order, so concurrent writes of the same keys never wait on each other in a cycle.
 pub async fn record_postgres(
     conn: &mut PgConnection,
     write: &InboxWrite,
@@ -59,6 +60,7 @@ pub async fn record_postgres(
     sqlx::query(AssertSqlSafe(format!(
         "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
          SELECT h, e, m, $4, $5 FROM UNNEST($1::bytea[], $2::text[], $3::text[]) AS r(h, e, m)
+         ORDER BY h
          ON CONFLICT (id_hash) DO NOTHING",
         write.table
     )))

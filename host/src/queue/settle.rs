@@ -70,6 +70,24 @@ pub(crate) trait SettleStatements: Send {
     ) -> Result<(), QueueError>;
 }
 
+/// The inbox records of a batch made only of completions that keep their message, outside
+/// sessions, with at most one inbox write: `Some(write)` for such a batch, which a store may
+/// apply in one statement. `None` for any other batch.
+pub(crate) fn plain_completions(settlements: &[Settlement]) -> Option<Option<InboxWrite>> {
+    let plain = settlements
+        .iter()
+        .all(|s| s.disposition == Disposition::Complete && s.keep_processed && s.session.is_none());
+    if !plain {
+        return None;
+    }
+    let mut writes = inbox_writes(settlements);
+    match writes.len() {
+        0 => Some(None),
+        1 => Some(writes.pop()),
+        _ => None,
+    }
+}
+
 /// Apply `settlements` through `statements` (one transaction); results in input order.
 pub(crate) async fn settle<S: SettleStatements>(
     statements: &mut S,

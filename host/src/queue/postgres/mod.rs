@@ -20,7 +20,6 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
-use self::settle::PgSettle;
 use self::statements::*;
 pub use self::upkeep::VACUUM_AFTER_LEASES;
 use super::rows::{decode_headers, leased_in_order, stored_from_row};
@@ -330,11 +329,7 @@ impl QueueStore for PostgresStore {
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
-        let mut tx = self.settle_pool.begin().await?;
-        let results =
-            super::settle::settle(&mut PgSettle { conn: &mut tx }, settlements, now_ms()).await?;
-        tx.commit().await?;
-        Ok(results)
+        settle::settle_batch(&self.settle_pool, settlements, now_ms()).await
     }
 
     async fn expire_leases(

@@ -123,6 +123,21 @@ FROM UNNEST($2::bigint[], $3::bigint[], $4::text[]) AS done(key, token, outcome)
 WHERE m.key = done.key AND m.lease_token = done.token AND m.status = 'processing'
 RETURNING m.key, m.lease_token";
 
+/// [`COMPLETE_MANY`] writing inbox records into `{inbox_table}` in the same statement
+/// (`$5` their expiry; `$6`, `$7`, `$8` their hashes, endpoints and MessageIds). Records are
+/// inserted in hash order, so two batches recording the same keys never wait on each other
+/// in a cycle.
+pub(super) fn complete_recording_inbox(inbox_table: &str) -> String {
+    format!(
+        "WITH recorded AS (
+    INSERT INTO {inbox_table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+    SELECT h, e, i, $1, $5 FROM UNNEST($6::bytea[], $7::text[], $8::text[]) AS r(h, e, i)
+    ORDER BY h
+    ON CONFLICT (id_hash) DO NOTHING)
+{COMPLETE_MANY}"
+    )
+}
+
 pub(super) const DELETE_LEASED: &str =
     "DELETE FROM messages WHERE key = $1 AND lease_token = $2 AND status = 'processing'";
 
