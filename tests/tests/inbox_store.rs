@@ -273,14 +273,7 @@ async fn purge_is_bounded_per_pass(store: Arc<dyn InboxStore>) {
 #[tokio::test]
 async fn postgres_lease_checks_the_same_keys_the_store_records() {
     use wharf_host::queue::{InboxProbe, NewMessage, QueueStore};
-    let schema = PgSchema::new();
-    let queue =
-        wharf_host::queue::PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 2)
-            .await
-            .unwrap();
-    let inbox = PostgresInbox::open(&database_url(), Some(&schema.name), "wharf_inbox", true)
-        .await
-        .unwrap();
+    let (queue, inbox, _schema) = postgres_queue_and_inbox().await;
     for n in 0..4 {
         queue
             .enqueue(
@@ -453,6 +446,12 @@ async fn sqlite_completions_record_their_inbox_entries() {
 
 #[tokio::test]
 async fn postgres_completions_record_their_inbox_entries() {
+    let (queue, inbox, _schema) = postgres_queue_and_inbox().await;
+    completions_record_their_inbox_entries(&queue, &inbox).await;
+}
+
+/// A PostgreSQL queue store with the inbox table in its schema (dropped with the guard).
+async fn postgres_queue_and_inbox() -> (wharf_host::queue::PostgresStore, PostgresInbox, PgSchema) {
     let schema = PgSchema::new();
     let queue =
         wharf_host::queue::PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 2)
@@ -461,5 +460,5 @@ async fn postgres_completions_record_their_inbox_entries() {
     let inbox = PostgresInbox::open(&database_url(), Some(&schema.name), "wharf_inbox", true)
         .await
         .unwrap();
-    completions_record_their_inbox_entries(&queue, &inbox).await;
+    (queue, inbox, schema)
 }
