@@ -58,6 +58,10 @@ pub(crate) trait SettleStatements: Send {
     /// Make the version that waited for release (AwaitingRelease under `lease`) live.
     async fn apply_next(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError>;
 
+    /// Whether the message was completed and kept under `lease` already: a settlement
+    /// retried after its completion went through (the answer to the first try was lost).
+    async fn completed_under(&mut self, lease: Lease) -> Result<bool, QueueError>;
+
     /// Keep it `handed-off` (a pending handoff in a session).
     async fn hand_off(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError>;
 
@@ -173,5 +177,12 @@ async fn settle_one<S: SettleStatements>(
             .record_history(lease, status, error, "awaiting-release", now)
             .await?;
     }
-    statements.apply_next(lease, now).await
+    if statements.apply_next(lease, now).await? {
+        return Ok(true);
+    }
+    // A retry of a completion that went through: applied, not lost.
+    match s.disposition {
+        Disposition::Complete if s.keep_processed => statements.completed_under(lease).await,
+        _ => Ok(false),
+    }
 }

@@ -67,8 +67,8 @@ fn cut_for() -> Duration {
 /// How long a case may take to finish after its fault.
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// Whether `/readyz` of the host at `admin` answers 200.
-async fn ready(admin: &str) -> bool {
+/// What `/readyz` of the host at `admin` answers: its body when 200, else the status and body or the error.
+async fn readyz(admin: &str) -> Result<String, String> {
     let url = format!("http://{admin}/readyz");
     tokio::task::spawn_blocking(move || {
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -76,13 +76,48 @@ async fn ready(admin: &str) -> bool {
             .timeout_global(Some(Duration::from_secs(1)))
             .build()
             .into();
-        agent
-            .get(&url)
-            .call()
-            .is_ok_and(|r| r.status().as_u16() == 200)
+        match agent.get(&url).call() {
+            Ok(mut r) => {
+                let status = r.status().as_u16();
+                let body = r.body_mut().read_to_string().unwrap_or_default();
+                if status == 200 {
+                    Ok(body)
+                } else {
+                    Err(format!("{status}: {body}"))
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        }
     })
     .await
-    .unwrap_or(false)
+    .unwrap_or_else(|e| Err(e.to_string()))
+}
+
+/// Whether `/readyz` of the host at `admin` answers 200.
+async fn ready(admin: &str) -> bool {
+    readyz(admin).await.is_ok()
+}
+
+/// Wait until `/readyz` answers 200; on timeout, panic with its last answer and the end of
+/// the host's log, so a host that never became ready says why.
+async fn wait_ready(setup: &Setup, dir: &TestDir, timeout: Duration, what: &str) {
+    let started = Instant::now();
+    loop {
+        let last = match readyz(&setup.admin).await {
+            Ok(_) => return,
+            Err(e) => e,
+        };
+        if started.elapsed() >= timeout {
+            let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; /readyz: {last}\nhost log (last 40 lines):\n{}",
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The replies so far: how many runs each `n` had.
@@ -102,10 +137,11 @@ async fn case(backend: Backend, fault: Fault) {
     dir.deploy("work", "flaky");
     let mut setup = Setup::new(backend, &dir).await;
     let mut host = spawn_wharf(dir.dir.path());
-    wait_for(
+    wait_ready(
+        &setup,
+        &dir,
         Duration::from_secs(60),
         "the host to become ready",
-        || async { ready(&setup.admin).await.then_some(()) },
     )
     .await;
     setup.enqueue(&dir, total);
@@ -159,10 +195,7 @@ async fn case(backend: Backend, fault: Fault) {
         (seen.len() as u64 == total && setup.settled(total).await).then_some(seen)
     })
     .await;
-    wait_for(SETTLE, "/readyz to be green again", || async {
-        ready(&setup.admin).await.then_some(())
-    })
-    .await;
+    wait_ready(&setup, &dir, SETTLE, "/readyz to be green again").await;
     drop::<WharfProcess>(host);
 
     let lost = (0..total as i64).filter(|n| !done.contains_key(n)).count();

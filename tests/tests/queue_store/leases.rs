@@ -180,3 +180,32 @@ pub async fn retries_sleep_until_due(store: Arc<dyn QueueStore>) {
     let again = store.lease("q", 1, 30_000).await.unwrap();
     assert_eq!(again[0].attempt, 2);
 }
+
+/// A settlement retried after its completion went through (its answer was lost, or what
+/// followed it in the batch failed) is applied, once: not reported as a lost lease.
+pub async fn a_retried_completion_is_applied_once(store: Arc<dyn QueueStore>) {
+    let added = store
+        .enqueue("q", message(Some("retried"), "{}"), false)
+        .await
+        .unwrap();
+    let leased = store.lease("q", 10, 30_000).await.unwrap();
+    let lease = leased[0].lease;
+    for _ in 0..2 {
+        assert_eq!(
+            settle(&store, lease, Disposition::Complete).await,
+            SettleResult::Applied
+        );
+    }
+    let m = store.get(added.key).await.unwrap().unwrap();
+    assert_eq!((m.status, m.attempts), (Status::Processed, 1));
+    assert!(
+        store.history("q", "retried").await.unwrap().is_empty(),
+        "completing twice records nothing in history"
+    );
+    // A failure is not a completion: a completed lease settled as failed is lost.
+    let fail = Disposition::Fail {
+        error: "late".into(),
+    };
+    assert_eq!(settle(&store, lease, fail).await, SettleResult::LeaseLost);
+    assert_eq!(status_of(&store, added.key).await, Status::Processed);
+}

@@ -92,6 +92,7 @@ macro_rules! conformance {
         $(
             for_store!($store:
                 leases::fencing_rejects_a_stale_lease,
+                leases::a_retried_completion_is_applied_once,
                 leases::expired_lease_on_the_last_attempt_fails,
                 leases::abandoned_without_retry_fails,
                 leases::release_does_not_count_the_attempt,

@@ -10,7 +10,8 @@ use sqlx::{AssertSqlSafe, PgConnection, PgPool};
 
 use super::record_history;
 use super::statements::{
-    APPLY_NEXT, COMPLETE_MANY, DELETE_LEASED, FAIL, RELEASE, RETRY, complete_recording_inbox,
+    APPLY_NEXT, COMPLETE_MANY, COMPLETED_UNDER, DELETE_LEASED, FAIL, RELEASE, RETRY,
+    complete_recording_inbox,
 };
 use crate::queue::sessions::HAND_OFF;
 use crate::queue::settle::{SettleStatements, plain_completions, settle};
@@ -201,6 +202,15 @@ impl SettleStatements for PgSettle<'_> {
             .execute(&mut *self.conn)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn completed_under(&mut self, lease: Lease) -> Result<bool, QueueError> {
+        let found = sqlx::query(COMPLETED_UNDER)
+            .bind(lease.key)
+            .bind(lease.token)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(found.is_some())
     }
 
     async fn hand_off(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError> {

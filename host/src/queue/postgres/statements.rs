@@ -138,6 +138,9 @@ pub(super) fn complete_recording_inbox(inbox_table: &str) -> String {
     )
 }
 
+pub(super) const COMPLETED_UNDER: &str =
+    "SELECT 1 FROM messages WHERE key = $1 AND lease_token = $2 AND status = 'processed'";
+
 pub(super) const DELETE_LEASED: &str =
     "DELETE FROM messages WHERE key = $1 AND lease_token = $2 AND status = 'processing'";
 

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use sqlx::SqliteConnection;
 
 use super::statements::{
-    APPLY_NEXT, COMPLETE_MANY, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
+    APPLY_NEXT, COMPLETE_MANY, COMPLETED_UNDER, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
 };
 use crate::queue::sessions::HAND_OFF;
 use crate::queue::settle::SettleStatements;
@@ -124,6 +124,15 @@ impl SettleStatements for SqliteSettle<'_> {
             .execute(&mut *self.conn)
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn completed_under(&mut self, lease: Lease) -> Result<bool, QueueError> {
+        let found = sqlx::query(COMPLETED_UNDER)
+            .bind(lease.key)
+            .bind(lease.token)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        Ok(found.is_some())
     }
 
     async fn hand_off(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError> {

@@ -74,6 +74,9 @@ FROM (SELECT json_extract(value, '$[0]') AS done_key, json_extract(value, '$[1]'
 WHERE key = done.done_key AND lease_token = done.done_token AND status = 'processing'
 RETURNING key, lease_token";
 
+pub(super) const COMPLETED_UNDER: &str =
+    "SELECT 1 FROM messages WHERE key = ?1 AND lease_token = ?2 AND status = 'processed'";
+
 pub(super) const DELETE_LEASED: &str =
     "DELETE FROM messages WHERE key = ?1 AND lease_token = ?2 AND status = 'processing'";
 
