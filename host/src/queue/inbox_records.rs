@@ -57,12 +57,9 @@ pub async fn record_postgres(
     let hashes: Vec<&[u8]> = write.rows.iter().map(|k| &k.hash[..]).collect();
     let endpoints: Vec<&str> = write.rows.iter().map(|k| k.endpoint.as_str()).collect();
     let ids: Vec<&str> = write.rows.iter().map(|k| k.message_id.as_str()).collect();
-    sqlx::query(AssertSqlSafe(format!(
-        "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-         SELECT h, e, m, $4, $5 FROM UNNEST($1::bytea[], $2::text[], $3::text[]) AS r(h, e, m)
-         ORDER BY h
-         ON CONFLICT (id_hash) DO NOTHING",
-        write.table
+    sqlx::query(AssertSqlSafe(insert_postgres(
+        &write.table,
+        [1, 2, 3, 4, 5],
     )))
     .bind(&hashes)
     .bind(&endpoints)
@@ -72,6 +69,19 @@ pub async fn record_postgres(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// The PostgreSQL `INSERT` of inbox records into `table`, its values bound at the numbered
+/// parameters `[hashes, endpoints, message ids, created at, expires at]` (the three first
+/// arrays). Keys go in hash order, so concurrent writes of the same keys never wait on each
+/// other in a cycle; a key already recorded is skipped.
+pub(super) fn insert_postgres(table: &str, [h, e, m, created, expires]: [u8; 5]) -> String {
+    format!(
+        "INSERT INTO {table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
+         SELECT h, e, m, ${created}, ${expires} FROM UNNEST(${h}::bytea[], ${e}::text[], ${m}::text[]) AS r(h, e, m)
+         ORDER BY h
+         ON CONFLICT (id_hash) DO NOTHING"
+    )
 }
 
 /// Write `write`'s records on an open SQLite connection (e.g. inside the transaction that

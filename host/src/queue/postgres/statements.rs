@@ -2,6 +2,7 @@
 
 use std::sync::LazyLock;
 
+use crate::queue::inbox_records::insert_postgres;
 use crate::queue::sessions::{self, TendSql};
 
 /// How PostgreSQL reads the session keys of a JSON array `$3`.
@@ -128,14 +129,8 @@ RETURNING m.key, m.lease_token";
 /// inserted in hash order, so two batches recording the same keys never wait on each other
 /// in a cycle.
 pub(super) fn complete_recording_inbox(inbox_table: &str) -> String {
-    format!(
-        "WITH recorded AS (
-    INSERT INTO {inbox_table} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-    SELECT h, e, i, $1, $5 FROM UNNEST($6::bytea[], $7::text[], $8::text[]) AS r(h, e, i)
-    ORDER BY h
-    ON CONFLICT (id_hash) DO NOTHING)
-{COMPLETE_MANY}"
-    )
+    let record = insert_postgres(inbox_table, [6, 7, 8, 1, 5]);
+    format!("WITH recorded AS ({record})\n{COMPLETE_MANY}")
 }
 
 pub(super) const COMPLETED_UNDER: &str =
