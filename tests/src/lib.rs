@@ -256,7 +256,19 @@ pub fn msg(payload: serde_json::Value) -> NewMessage {
 }
 
 /// Poll `check` every 20 ms until it returns `Some`, or panic after `timeout` with `what`.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    poll_until(timeout, check)
+        .await
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// Poll `check` every 20 ms until it returns `Some`; `None` once `timeout` passed (for a
+/// caller that says more about the timeout than [`wait_for`] does).
+pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -264,12 +276,11 @@ where
     let started = Instant::now();
     loop {
         if let Some(value) = check().await {
-            return value;
+            return Some(value);
         }
-        assert!(
-            started.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if started.elapsed() >= timeout {
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use backend::{Backend, Setup};
-use wharf_tests::{TestDir, WharfProcess, spawn_wharf, wait_for};
+use wharf_tests::{TestDir, WharfProcess, poll_until, spawn_wharf, wait_for};
 
 /// What is done to the host or its connection to the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,22 +101,23 @@ async fn ready(admin: &str) -> bool {
 /// Wait until `/readyz` answers 200; on timeout, panic with its last answer and the end of
 /// the host's log, so a host that never became ready says why.
 async fn wait_ready(setup: &Setup, dir: &TestDir, timeout: Duration, what: &str) {
-    let started = Instant::now();
-    loop {
-        let last = match readyz(&setup.admin).await {
-            Ok(_) => return,
-            Err(e) => e,
-        };
-        if started.elapsed() >= timeout {
-            let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            panic!(
-                "timed out after {timeout:?} waiting for {what}; /readyz: {last}\nhost log (last 40 lines):\n{}",
-                tail.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let last = std::cell::RefCell::new(String::new());
+    let answered = poll_until(timeout, || async {
+        readyz(&setup.admin)
+            .await
+            .map_err(|e| *last.borrow_mut() = e)
+            .ok()
+    })
+    .await;
+    if answered.is_none() {
+        let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!(
+            "timed out after {timeout:?} waiting for {what}; /readyz: {}\nhost log (last 40 lines):\n{}",
+            last.borrow(),
+            tail.join("\n")
+        );
     }
 }
 
