@@ -407,6 +407,28 @@ impl Drop for WharfProcess {
     }
 }
 
+/// Scrape the host's `/metrics` into `series → value` (`name{labels}` exactly as rendered).
+pub async fn scrape(host: &RunningHost) -> std::collections::BTreeMap<String, f64> {
+    let url = format!("http://{}/metrics", host.admin_addr);
+    let text = tokio::task::spawn_blocking(move || {
+        ureq::get(&url)
+            .call()
+            .expect("GET /metrics")
+            .into_body()
+            .read_to_string()
+            .expect("metrics text")
+    })
+    .await
+    .unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
 /// The `n` values the `flaky` guest echoed to the `replies` queue, sorted.
 pub async fn replies(host: &RunningHost) -> Vec<i64> {
     let mut out: Vec<i64> = messages(host, "replies")

@@ -9,31 +9,9 @@ use serde_json::json;
 use wharf_host::Config;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{TestDir, msg, wait_for, wait_status};
+use wharf_tests::{TestDir, msg, scrape, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(30);
-
-/// Scrape `/metrics` into `series → value` (`name{labels}` exactly as rendered).
-async fn scrape(host: &wharf_host::RunningHost) -> BTreeMap<String, f64> {
-    let url = format!("http://{}/metrics", host.admin_addr);
-    let text = tokio::task::spawn_blocking(move || {
-        ureq::get(&url)
-            .call()
-            .expect("GET /metrics")
-            .into_body()
-            .read_to_string()
-            .expect("metrics text")
-    })
-    .await
-    .unwrap();
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_string(), value.parse().ok()?))
-        })
-        .collect()
-}
 
 fn get(metrics: &BTreeMap<String, f64>, series: &str) -> f64 {
     *metrics

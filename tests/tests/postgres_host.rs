@@ -1,5 +1,6 @@
 //! The host on PostgreSQL: processing end to end, wake-ups by notification instead of
-//! polling, two hosts sharing one queue, and carrying on after the connections are killed.
+//! polling, two hosts sharing one queue, carrying on after the connections are killed, and
+//! handlers going on while outcomes wait for their write.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::{
     Disposition, NewMessage, PostgresStore, QueueStore, Settlement, Status, VACUUM_AFTER_LEASES,
 };
-use wharf_tests::{PgSchema, TestDir, count, database_url, messages, msg, wait_for, wait_status};
+use wharf_tests::{
+    PgSchema, TestDir, count, database_url, messages, msg, scrape, wait_for, wait_status,
+};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -257,4 +260,58 @@ async fn the_store_vacuums_its_table_once_enough_messages_were_leased() {
         || async { (vacuums().await >= 1).then_some(()) },
     )
     .await;
+}
+
+/// Handlers go on while outcomes wait for their write: with `concurrency = 1`, up to four
+/// outcomes may wait, so while the first write is held up (the inbox table it records into is
+/// locked) five handlers finish — the one whose outcome is written, three waiting behind it and
+/// one holding the processing slot — and nothing is lost when the write goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_go_on_while_outcomes_wait_for_their_write() {
+    use sqlx::{Connection, Executor};
+    let schema = PgSchema::new();
+    let dir = TestDir::new();
+    dir.deploy("noop", "noop");
+    let host = dir
+        .start_postgres(
+            &schema,
+            "50ms",
+            "[queues.work]\nhandler = \"noop\"\nconcurrency = 1\ninbox = { store = \"sql\" }\n",
+        )
+        .await;
+    let mut holder = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    holder
+        .execute(sqlx::AssertSqlSafe(format!(
+            "SET search_path = \"{}\"",
+            schema.name
+        )))
+        .await
+        .unwrap();
+    let mut held = holder.begin().await.unwrap();
+    held.execute("LOCK TABLE wharf_inbox IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let messages: Vec<NewMessage> = (0..10).map(|n| msg(json!({ "n": n }))).collect();
+    host.store
+        .enqueue_many("work", messages, false)
+        .await
+        .unwrap();
+
+    let processed = r#"wharf_messages_total{queue="work",outcome="processed"}"#;
+    wait_for(
+        T,
+        "five handlers finished while the first write waits",
+        || async { (scrape(&host).await.get(processed).copied() == Some(5.0)).then_some(()) },
+    )
+    .await;
+    assert_eq!(count(&host, "work", Status::Processed).await, 0);
+    held.rollback().await.unwrap();
+    wait_for(
+        T,
+        "every message processed once the write went through",
+        || async { (count(&host, "work", Status::Processed).await == 10).then_some(()) },
+    )
+    .await;
+    assert_eq!(scrape(&host).await.get(processed).copied(), Some(10.0));
+    host.shutdown().await;
 }
