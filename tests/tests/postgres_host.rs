@@ -280,17 +280,13 @@ async fn handlers_go_on_while_outcomes_wait_for_their_write() {
         )
         .await;
     let mut holder = sqlx::PgConnection::connect(&database_url()).await.unwrap();
-    holder
-        .execute(sqlx::AssertSqlSafe(format!(
-            "SET search_path = \"{}\"",
-            schema.name
-        )))
-        .await
-        .unwrap();
     let mut held = holder.begin().await.unwrap();
-    held.execute("LOCK TABLE wharf_inbox IN EXCLUSIVE MODE")
-        .await
-        .unwrap();
+    held.execute(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLE \"{}\".wharf_inbox IN EXCLUSIVE MODE",
+        schema.name
+    )))
+    .await
+    .unwrap();
     let messages: Vec<NewMessage> = (0..10).map(|n| msg(json!({ "n": n }))).collect();
     host.store
         .enqueue_many("work", messages, false)

@@ -271,7 +271,8 @@ pub(crate) async fn process<S: Source>(
 ///
 /// The processing slot (`permit`) is handed back as soon as a settling slot is free, so the
 /// next message starts while this outcome is written: a queue's `concurrency` bounds the
-/// handlers running, and at most four times as many outcomes wait for their write.
+/// handlers running, and at most [`super::SETTLING_PER_SLOT`] times as many outcomes wait for
+/// their write.
 async fn finish<S: Source>(
     shared: &Arc<Shared<S>>,
     seq: u64,
