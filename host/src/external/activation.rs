@@ -52,6 +52,7 @@ impl SqlActivations {
     /// store's migrations.
     pub async fn open(url: &str, schema: Option<&str>) -> Result<Self, sqlx::Error> {
         if url.starts_with("sqlite:") {
+            crate::queue::configure_sqlite();
             let options = SqliteConnectOptions::from_str(url)?
                 .busy_timeout(std::time::Duration::from_secs(30));
             let pool = SqlitePoolOptions::new()

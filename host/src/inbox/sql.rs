@@ -34,6 +34,7 @@ pub struct SqliteInbox {
 impl SqliteInbox {
     /// Open the database at `url` and bootstrap (or require) `table`.
     pub async fn open(url: &str, table: &str, auto_create: bool) -> Result<Self, InboxError> {
+        crate::queue::configure_sqlite();
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)

@@ -31,6 +31,7 @@ pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
 pub use postgres::{PostgresStore, VACUUM_AFTER_LEASES};
 pub use sqlite::SqliteStore;
+pub(crate) use sqlite::configure_sqlite;
 pub use status::Status;
 pub use types::{
     BlockedSession, Disposition, EnqueueStatus, Enqueued, HistoryEntry, Lease, LeasedMessage,

@@ -3,6 +3,7 @@
 //! identity is still enforced by the unique index on (queue, message_id).
 
 mod checkpoint;
+mod engine;
 mod enqueue;
 mod manage;
 mod migrate;
@@ -21,6 +22,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqlitePool};
 
 use self::checkpoint::Checkpointer;
+pub(crate) use self::engine::configure as configure_sqlite;
 use self::enqueue::SqliteEnqueue;
 use self::settle::SqliteSettle;
 use self::statements::*;
@@ -48,6 +50,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Open (creating if missing) the database at a `sqlite://PATH` URL and migrate it.
     pub async fn open(url: &str, max_connections: u32) -> Result<Self, QueueError> {
+        configure_sqlite();
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)

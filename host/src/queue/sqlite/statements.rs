@@ -34,6 +34,10 @@ WHERE key = ?9";
 
 /// Lease up to `?4` ready messages of queue `?3` (`?2` now, until `?1`); `guard` adds a
 /// condition on each candidate row (`messages`).
+///
+/// The limit is an expression, not a bare parameter: SQLite plans a bare `LIMIT ?` with its
+/// bound value as a constant, so binding it — on every lease, even to the same value — made
+/// SQLite parse and plan the whole statement again.
 fn lease_with(guard: &str) -> String {
     format!(
         "
@@ -44,7 +48,7 @@ WHERE key IN (
     SELECT key FROM messages
     WHERE queue = ?3 AND status IN ('pending', 'sleeping') AND process_at_ms <= ?2 {guard}
     ORDER BY priority DESC, process_at_ms, key
-    LIMIT ?4)
+    LIMIT CAST(?4 AS INTEGER))
 RETURNING key, queue, message_id, delivery_id, payload, headers, priority, attempts,
           lease_token, enqueued_at_ms, process_at_ms, source_delivery_id, session_key"
     )
@@ -122,3 +126,63 @@ WHERE queue = ?2 AND status = 'processing' AND lease_expires_at_ms <= ?1";
 
 pub(super) const ABANDONED: &str =
     "lease expired before the message was settled; retry_abandoned = false";
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use libsqlite3_sys::{
+        SQLITE_STMTSTATUS_REPREPARE, sqlite3_next_stmt, sqlite3_sql, sqlite3_stmt_status,
+    };
+
+    use crate::queue::{NewMessage, QueueStore, SqliteStore};
+
+    /// How often SQLite prepared again the writer's cached statements whose text contains
+    /// `needle` (at least one must).
+    async fn reprepared(store: &SqliteStore, needle: &str) -> i32 {
+        let mut conn = store.pool.acquire().await.unwrap();
+        let mut handle = conn.lock_handle().await.unwrap();
+        let db = handle.as_raw_handle().as_ptr();
+        let (mut matched, mut total) = (0, 0);
+        // SAFETY: the connection is locked for this task, and its statements are only read.
+        unsafe {
+            let mut stmt = sqlite3_next_stmt(db, std::ptr::null_mut());
+            while !stmt.is_null() {
+                if CStr::from_ptr(sqlite3_sql(stmt))
+                    .to_string_lossy()
+                    .contains(needle)
+                {
+                    matched += 1;
+                    total += sqlite3_stmt_status(stmt, SQLITE_STMTSTATUS_REPREPARE, 0);
+                }
+                stmt = sqlite3_next_stmt(db, stmt);
+            }
+        }
+        assert!(matched > 0, "no cached statement contains {needle:?}");
+        total
+    }
+
+    #[tokio::test]
+    async fn leases_reuse_the_prepared_lease_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
+        let store = SqliteStore::open(&url, 2).await.unwrap();
+        let messages = (0..10)
+            .map(|n| NewMessage {
+                payload: format!("{{\"n\":{n}}}"),
+                ..NewMessage::default()
+            })
+            .collect();
+        store.enqueue_many("orders", messages, false).await.unwrap();
+        let mut leased = 0;
+        for max in [1, 2, 3, 1, 3] {
+            leased += store.lease("orders", max, 30_000).await.unwrap().len();
+        }
+        assert_eq!(leased, 10);
+        assert_eq!(
+            reprepared(&store, "SET status = 'processing'").await,
+            0,
+            "binding the lease's limit made SQLite prepare the statement again"
+        );
+    }
+}
