@@ -36,22 +36,15 @@ pub(crate) fn configure() {
 mod tests {
     use libsqlite3_sys::{SQLITE_OK, SQLITE_STATUS_MEMORY_USED, sqlite3_status64};
 
-    use crate::queue::{NewMessage, QueueStore, SqliteStore};
+    use super::super::store_with_orders;
+    use crate::queue::QueueStore;
 
     /// Holds in a process of its own (as `cargo nextest` runs each test): a test that opened
     /// SQLite another way first in the same process would leave the statistics on.
     #[tokio::test]
     async fn the_store_keeps_sqlite_from_counting_allocations() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-        let store = SqliteStore::open(&url, 2).await.unwrap();
-        let messages = (0..100)
-            .map(|n| NewMessage {
-                payload: format!("{{\"n\":{n}}}"),
-                ..NewMessage::default()
-            })
-            .collect();
-        store.enqueue_many("orders", messages, false).await.unwrap();
+        let store = store_with_orders(dir.path(), 100).await;
         assert_eq!(store.lease("orders", 100, 30_000).await.unwrap().len(), 100);
 
         let (mut current, mut highest) = (0i64, 0i64);

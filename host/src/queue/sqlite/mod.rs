@@ -296,3 +296,18 @@ impl QueueStore for SqliteStore {
         Ok(())
     }
 }
+
+/// A store in a fresh database file of `dir` holding `count` messages in queue `orders`.
+#[cfg(test)]
+pub(super) async fn store_with_orders(dir: &std::path::Path, count: u32) -> SqliteStore {
+    let url = format!("sqlite://{}", dir.join("queue.db").display());
+    let store = SqliteStore::open(&url, 2).await.unwrap();
+    let messages = (0..count)
+        .map(|n| NewMessage {
+            payload: format!("{{\"n\":{n}}}"),
+            ..NewMessage::default()
+        })
+        .collect();
+    store.enqueue_many("orders", messages, false).await.unwrap();
+    store
+}

@@ -135,7 +135,8 @@ mod tests {
         SQLITE_STMTSTATUS_REPREPARE, sqlite3_next_stmt, sqlite3_sql, sqlite3_stmt_status,
     };
 
-    use crate::queue::{NewMessage, QueueStore, SqliteStore};
+    use super::super::store_with_orders;
+    use crate::queue::{QueueStore, SqliteStore};
 
     /// How often SQLite prepared again the writer's cached statements whose text contains
     /// `needle` (at least one must).
@@ -165,15 +166,7 @@ mod tests {
     #[tokio::test]
     async fn leases_reuse_the_prepared_lease_statement() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-        let store = SqliteStore::open(&url, 2).await.unwrap();
-        let messages = (0..10)
-            .map(|n| NewMessage {
-                payload: format!("{{\"n\":{n}}}"),
-                ..NewMessage::default()
-            })
-            .collect();
-        store.enqueue_many("orders", messages, false).await.unwrap();
+        let store = store_with_orders(dir.path(), 10).await;
         let mut leased = 0;
         for max in [1, 2, 3, 1, 3] {
             leased += store.lease("orders", max, 30_000).await.unwrap().len();
