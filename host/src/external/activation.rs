@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use sqlx::sqlite::SqlitePoolOptions;
 use sqlx::{PgPool, SqlitePool};
 
 use crate::queue::now_ms;
@@ -52,9 +52,8 @@ impl SqlActivations {
     /// store's migrations.
     pub async fn open(url: &str, schema: Option<&str>) -> Result<Self, sqlx::Error> {
         if url.starts_with("sqlite:") {
-            crate::queue::configure_sqlite();
-            let options = SqliteConnectOptions::from_str(url)?
-                .busy_timeout(std::time::Duration::from_secs(30));
+            let options =
+                crate::queue::sqlite_options(url)?.busy_timeout(std::time::Duration::from_secs(30));
             let pool = SqlitePoolOptions::new()
                 .max_connections(2)
                 .connect_with(options)

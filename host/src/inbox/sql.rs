@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{AssertSqlSafe, PgPool, SqlitePool};
 
 use super::{InboxError, InboxKey, InboxStore};
@@ -34,8 +34,7 @@ pub struct SqliteInbox {
 impl SqliteInbox {
     /// Open the database at `url` and bootstrap (or require) `table`.
     pub async fn open(url: &str, table: &str, auto_create: bool) -> Result<Self, InboxError> {
-        crate::queue::configure_sqlite();
-        let options = SqliteConnectOptions::from_str(url)?
+        let options = crate::queue::sqlite_options(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(30));

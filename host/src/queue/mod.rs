@@ -31,7 +31,7 @@ pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
 pub use postgres::{PostgresStore, VACUUM_AFTER_LEASES};
 pub use sqlite::SqliteStore;
-pub(crate) use sqlite::configure_sqlite;
+pub(crate) use sqlite::sqlite_options;
 pub use status::Status;
 pub use types::{
     BlockedSession, Disposition, EnqueueStatus, Enqueued, HistoryEntry, Lease, LeasedMessage,

@@ -9,12 +9,22 @@
 //! Nothing here reads those statistics, so they are turned off.
 
 use std::ffi::c_int;
+use std::str::FromStr;
 use std::sync::Once;
 
-/// Apply the settings; only the first call does anything. Call it before opening a
-/// connection: once SQLite is initialized, the settings can no longer change (the call then
-/// leaves everything as it was).
-pub(crate) fn configure() {
+use sqlx::sqlite::SqliteConnectOptions;
+
+/// The connect options of a `sqlite:` URL, with the process-wide settings applied first:
+/// every SQLite connection of the host starts from these.
+pub(crate) fn options(url: &str) -> Result<SqliteConnectOptions, sqlx::Error> {
+    configure();
+    SqliteConnectOptions::from_str(url)
+}
+
+/// Apply the settings; only the first call does anything. It must run before the first
+/// connection opens: once SQLite is initialized, the settings can no longer change (the call
+/// then leaves everything as it was).
+fn configure() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: `sqlite3_config` may be called before `sqlite3_initialize` (which the first

@@ -11,18 +11,15 @@ mod sessions;
 mod settle;
 mod statements;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
 
 use self::checkpoint::Checkpointer;
-pub(crate) use self::engine::configure as configure_sqlite;
+pub(crate) use self::engine::options as sqlite_options;
 use self::enqueue::SqliteEnqueue;
 use self::settle::SqliteSettle;
 use self::statements::*;
@@ -50,8 +47,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Open (creating if missing) the database at a `sqlite://PATH` URL and migrate it.
     pub async fn open(url: &str, max_connections: u32) -> Result<Self, QueueError> {
-        configure_sqlite();
-        let options = SqliteConnectOptions::from_str(url)?
+        let options = sqlite_options(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
