@@ -208,6 +208,7 @@ pub(crate) async fn process<S: Source>(
     let result =
         crate::runtime::invoke(&handler, work.message, p.config.timeout, p.enqueuer.clone()).await;
     crate::metrics::handler_call(&p.name, started.elapsed());
+    shared.call_time.observe(started.elapsed());
     let mut disposition = decide(&result, attempt, max, backoff);
     let outcome = match &result {
         Ok(Ok(Outcome::PendingHandoff)) => Some(PENDING_HANDOFF),

@@ -2,11 +2,13 @@
 //! every external provider's consumer), in this order: receive up to the free concurrency
 //! → inbox check for the whole batch → invoke the handler on a fresh instance → decide the
 //! outcome → record the inbox entry (only after the guest succeeded) → settle. A queue whose
-//! handler is not deployed receives nothing. On shutdown it stops receiving, lets in-flight
+//! handler is not deployed receives nothing. A busy queue whose source allows it receives
+//! its next batch while the current one runs ([`ahead`]). On shutdown it stops receiving, lets in-flight
 //! messages finish within the grace period, and hands the rest back to their source.
 //!
 //! A source ([`Source`]) only knows how to receive, settle and release its own messages.
 
+mod ahead;
 mod deliver;
 mod outcome;
 mod recorder;
@@ -123,6 +125,13 @@ pub trait Source: Send + Sync + 'static {
     /// without counting the attempt.
     async fn release(&self, handles: Vec<Self::Handle>);
 
+    /// Whether the pipeline may receive the next batch while the current one runs (the
+    /// source's leases run while a message waits for a slot, and it can hand messages back
+    /// untouched).
+    fn reads_ahead(&self) -> bool {
+        false
+    }
+
     /// Housekeeping between receives (expired leases, retention).
     async fn housekeeping(&self) {}
 
@@ -157,6 +166,8 @@ pub(crate) struct Shared<S: Source> {
     /// Outcomes waiting for their write or being written ([`SETTLING_PER_SLOT`] per unit of
     /// concurrency).
     pub(crate) settling_slots: Arc<Semaphore>,
+    /// How long this queue's handler calls take lately (whether reading ahead pays).
+    pub(crate) call_time: ahead::CallTime,
 }
 
 impl Pipeline {
@@ -170,6 +181,7 @@ impl Pipeline {
             in_flight: Mutex::new(HashMap::new()),
             settling: tokio_util::task::TaskTracker::new(),
             settling_slots: Arc::new(Semaphore::new(concurrency * SETTLING_PER_SLOT)),
+            call_time: ahead::CallTime::default(),
         });
         let p = &shared.pipeline;
         let slots = Arc::new(Semaphore::new(concurrency));
@@ -182,6 +194,11 @@ impl Pipeline {
         let mut last_short = true;
         let mut seq: u64 = 0;
         let mut pause = MIN_PAUSE;
+        let mut ahead = ahead::ReadAhead::new(
+            shared.source.reads_ahead(),
+            p.config.lease,
+            p.config.timeout,
+        );
 
         loop {
             while tasks.try_join_next().is_some() {}
@@ -192,6 +209,11 @@ impl Pipeline {
                 if !waiting_logged {
                     tracing::warn!(queue = %p.name, handler = %p.config.handler, "handler is not deployed: messages wait until it is");
                     waiting_logged = true;
+                }
+                // Nothing runs them now: received ahead, they go back to the source.
+                let unstarted = ahead.drain().await;
+                if !unstarted.is_empty() {
+                    shared.source.release(unstarted).await;
                 }
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -228,56 +250,76 @@ impl Pipeline {
                 shared.source.housekeeping().await;
             }
 
-            let received = shared
-                .source
-                .receive(permits.len() as u32, p.inbox.as_ref())
-                .await;
-            let works = match received {
-                Ok(works) => {
-                    if let Some(since) = failing_since.take() {
-                        tracing::info!(queue = %p.name, provider = shared.source.provider(), "receiving works again after {:?}", since.elapsed());
+            // The batch to run: what waited for slots, else what the read under way (or a
+            // read now) returns.
+            if !ahead.has_held() {
+                let (received, asked) = match ahead.take_reading() {
+                    Some(reading) => reading
+                        .await
+                        .unwrap_or_else(|e| (Err(format!("receiving stopped: {e}")), 0)),
+                    None => ahead::receive(&shared, permits.len() as u32).await,
+                };
+                let received = match received {
+                    Ok(received) => {
+                        if let Some(since) = failing_since.take() {
+                            tracing::info!(queue = %p.name, provider = shared.source.provider(), "receiving works again after {:?}", since.elapsed());
+                        }
+                        received
                     }
-                    works
-                }
-                Err(e) => {
-                    if failing_since.is_none() {
-                        tracing::error!(queue = %p.name, provider = shared.source.provider(), "receiving messages failed, retrying: {e}");
-                        failing_since = Some(Instant::now());
-                        pause = MIN_PAUSE;
+                    Err(e) => {
+                        if failing_since.is_none() {
+                            tracing::error!(queue = %p.name, provider = shared.source.provider(), "receiving messages failed, retrying: {e}");
+                            failing_since = Some(Instant::now());
+                            pause = MIN_PAUSE;
+                        }
+                        drop(permits);
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(pause) => {}
+                        }
+                        pause = (pause * 2).min(MAX_PAUSE);
+                        continue;
                     }
+                };
+                // A short batch means the source is drained: do not wait to batch next time.
+                last_short = (received.len() as u32) < asked;
+                if received.is_empty() {
                     drop(permits);
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(pause) => {}
-                    }
-                    pause = (pause * 2).min(MAX_PAUSE);
+                    shared.source.wait_for_work(&shutdown).await;
                     continue;
                 }
-            };
-            let got = works.len();
-            // A short batch means the source is drained: do not wait to batch next time.
-            last_short = got < permits.len();
-            let checks = deliver::precheck(&shared, &works).await;
-            for ((work, check), permit) in works.into_iter().zip(checks).zip(permits.drain(..)) {
+                ahead.hold(received);
+            }
+            let (run, stale) = ahead.take(permits.len());
+            if !stale.is_empty() {
+                tracing::debug!(queue = %p.name, count = stale.len(), "handing back messages that waited too long for a free slot");
+                shared.source.release(stale).await;
+            }
+            // While this batch runs, the next one is received.
+            ahead.read_next(&shared, batch as u32, !last_short);
+            for (ready, permit) in run.into_iter().zip(permits.drain(..)) {
                 seq += 1;
                 shared
                     .in_flight
                     .lock()
                     .expect("in-flight set")
-                    .insert(seq, work.handle.clone());
+                    .insert(seq, ready.work.handle.clone());
                 tasks.spawn(deliver::process(
                     shared.clone(),
                     handler.clone(),
                     seq,
-                    work,
-                    check,
+                    ready.work,
+                    ready.check,
                     permit,
                 ));
             }
             drop(permits);
-            if got == 0 {
-                shared.source.wait_for_work(&shutdown).await;
-            }
+        }
+
+        // Received ahead and never run: back to the source at once.
+        let unstarted = ahead.drain().await;
+        if !unstarted.is_empty() {
+            shared.source.release(unstarted).await;
         }
 
         shared.source.stop_receiving().await;

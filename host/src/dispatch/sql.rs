@@ -204,6 +204,10 @@ impl Source for SqlSource {
         inbox.queue_table.is_some()
     }
 
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     async fn settle(&self, handle: SqlLease, verdict: Verdict) {
         let SqlLease { lease, session } = handle;
         let disposition = verdict.disposition_in(session.is_some());

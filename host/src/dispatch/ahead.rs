@@ -1,0 +1,268 @@
+//! Reading ahead: while a busy queue's batch runs, the next batch is received (and checked
+//! against the consumer inbox) in the background, so the handlers do not wait for the
+//! store's round trip between batches. At most one read is under way, and a new one starts
+//! only once every message received before it has a slot.
+//!
+//! A message received ahead waits for a free slot while its lease runs. It waits at most
+//! [`ReadAhead::hold_limit`] (half of what the lease leaves beyond the handler's timeout);
+//! one that waited longer is handed back untouched instead of run, so it never runs on a
+//! lease about to expire. Only a queue whose handler calls lately took under [`FAST_CALL`]
+//! reads ahead: with slower handlers the round trip is hidden behind them anyway, and a
+//! message received ahead would only wait (shown as `processing`, kept from other hosts).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::deliver::{self, Precheck};
+use super::{Shared, Source, Work};
+
+/// A received message, checked against the inbox, waiting for a slot.
+pub(crate) struct Ready<H> {
+    pub work: Work<H>,
+    pub check: Precheck,
+    received: Instant,
+}
+
+/// What a read returns: the messages, and how many were asked for.
+type Read<H> = (Result<Vec<Ready<H>>, String>, u32);
+
+/// Receive up to `max` messages from the pipeline's source and check them against its inbox.
+pub(crate) async fn receive<S: Source>(shared: &Shared<S>, max: u32) -> Read<S::Handle> {
+    let p = &shared.pipeline;
+    let works = match shared.source.receive(max, p.inbox.as_ref()).await {
+        Ok(works) => works,
+        Err(e) => return (Err(e), max),
+    };
+    let checks = deliver::precheck(shared, &works).await;
+    let received = Instant::now();
+    let ready = works
+        .into_iter()
+        .zip(checks)
+        .map(|(work, check)| Ready {
+            work,
+            check,
+            received,
+        })
+        .collect();
+    (Ok(ready), max)
+}
+
+/// One queue's messages received ahead of free slots.
+pub(crate) struct ReadAhead<H> {
+    /// Received and checked, waiting for a slot, oldest first.
+    held: VecDeque<Ready<H>>,
+    /// The read under way in the background.
+    reading: Option<JoinHandle<Read<H>>>,
+    /// Longest a message may wait for a slot; `None` when the source does not read ahead.
+    hold_limit: Option<Duration>,
+}
+
+impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
+    /// Reading ahead for a queue whose source `reads_ahead`, with `lease` and handler `timeout`.
+    pub(crate) fn new(reads_ahead: bool, lease: Duration, timeout: Duration) -> Self {
+        let hold_limit = lease.saturating_sub(timeout) / 2;
+        ReadAhead {
+            held: VecDeque::new(),
+            reading: None,
+            // A lease that leaves almost nothing beyond the timeout leaves no time to wait.
+            hold_limit: (reads_ahead && hold_limit >= MIN_HOLD).then_some(hold_limit),
+        }
+    }
+
+    /// Whether messages are waiting for a slot.
+    pub(crate) fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// The read started ahead, if one is under way.
+    pub(crate) fn take_reading(&mut self) -> Option<JoinHandle<Read<H>>> {
+        self.reading.take()
+    }
+
+    /// Keep `ready` until slots free up.
+    pub(crate) fn hold(&mut self, ready: Vec<Ready<H>>) {
+        self.held.extend(ready);
+    }
+
+    /// Up to `slots` messages to run now, oldest first, and the ones that waited too long
+    /// for a slot (to hand back).
+    pub(crate) fn take(&mut self, slots: usize) -> (Vec<Ready<H>>, Vec<H>) {
+        let mut run = Vec::with_capacity(slots.min(self.held.len()));
+        let mut stale = Vec::new();
+        while run.len() < slots {
+            let Some(ready) = self.held.pop_front() else {
+                break;
+            };
+            let waited = ready.received.elapsed();
+            match self.hold_limit {
+                Some(limit) if waited > limit => stale.push(ready.work.handle),
+                _ => run.push(ready),
+            }
+        }
+        (run, stale)
+    }
+
+    /// Whether to read the next batch now: this queue reads ahead, has a backlog (`more`),
+    /// its handlers are `fast`, no read is under way and every message received so far has
+    /// a slot.
+    fn should_read(&self, more: bool, fast: bool) -> bool {
+        self.hold_limit.is_some() && more && fast && self.reading.is_none() && self.held.is_empty()
+    }
+
+    /// Start reading the next `batch` in the background when [`Self::should_read`].
+    pub(crate) fn read_next<S: Source<Handle = H>>(
+        &mut self,
+        shared: &Arc<Shared<S>>,
+        batch: u32,
+        more: bool,
+    ) {
+        if !self.should_read(more, shared.call_time.fast()) {
+            return;
+        }
+        let shared = shared.clone();
+        self.reading = Some(tokio::spawn(async move { receive(&shared, batch).await }));
+    }
+
+    /// Everything received and not run: the held messages and what the read under way
+    /// returns (waited for), to hand back.
+    pub(crate) async fn drain(&mut self) -> Vec<H> {
+        if let Some(reading) = self.reading.take()
+            && let Ok((Ok(ready), _)) = reading.await
+        {
+            self.held.extend(ready);
+        }
+        self.held.drain(..).map(|ready| ready.work.handle).collect()
+    }
+}
+
+/// Slowest average handler call of a queue that reads ahead: about a store round trip.
+const FAST_CALL: Duration = Duration::from_millis(5);
+
+/// A moving average of a queue's handler call times, in microseconds (`u64::MAX` before the
+/// first call: a queue reads ahead only once its handlers proved fast).
+#[derive(Debug)]
+pub(crate) struct CallTime(AtomicU64);
+
+impl Default for CallTime {
+    fn default() -> Self {
+        CallTime(AtomicU64::new(u64::MAX))
+    }
+}
+
+impl CallTime {
+    /// Count one call that took `took` (each call weighs an eighth).
+    pub(crate) fn observe(&self, took: Duration) {
+        let sample = took.as_micros().min(u128::from(u64::MAX / 2)) as u64;
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some(match old {
+                    u64::MAX => sample,
+                    old => old - old / 8 + sample / 8,
+                })
+            });
+    }
+
+    /// Whether calls lately took under [`FAST_CALL`] on average.
+    pub(crate) fn fast(&self) -> bool {
+        self.0.load(Ordering::Relaxed) < FAST_CALL.as_micros() as u64
+    }
+}
+
+/// Shortest wait for a slot worth reading ahead for.
+const MIN_HOLD: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Message;
+
+    /// A message received `ago`, its handle `n`.
+    fn ready(n: u32, ago: Duration) -> Ready<u32> {
+        Ready {
+            work: Work {
+                handle: n,
+                message: Message {
+                    queue: "q".into(),
+                    id: None,
+                    delivery_id: n.to_string(),
+                    payload: "{}".into(),
+                    priority: 0,
+                    attempt: 1,
+                    max_attempts: 5,
+                    enqueued_at_ms: 0,
+                    headers: Vec::new(),
+                },
+                decided: None,
+                inbox: None,
+                label: n.to_string(),
+            },
+            check: Precheck::Bypass,
+            received: Instant::now() - ago,
+        }
+    }
+
+    fn handles(run: &[Ready<u32>]) -> Vec<u32> {
+        run.iter().map(|r| r.work.handle).collect()
+    }
+
+    const LEASE: Duration = Duration::from_secs(30);
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    #[test]
+    fn held_messages_run_oldest_first_as_slots_free_and_the_stale_are_handed_back() {
+        let mut ahead = ReadAhead::new(true, LEASE, TIMEOUT);
+        // Half of what the 30 s lease leaves beyond the 10 s timeout: 10 s.
+        let over = Duration::from_secs(11);
+        ahead.hold(vec![
+            ready(1, over),
+            ready(2, Duration::ZERO),
+            ready(3, Duration::ZERO),
+        ]);
+        let (run, stale) = ahead.take(1);
+        assert_eq!((handles(&run), stale), (vec![2], vec![1]));
+        assert!(ahead.has_held());
+        let (run, stale) = ahead.take(5);
+        assert_eq!((handles(&run), stale), (vec![3], vec![]));
+        assert!(!ahead.has_held());
+    }
+
+    #[test]
+    fn a_source_that_does_not_read_ahead_never_hands_back_for_waiting() {
+        let mut ahead = ReadAhead::new(false, LEASE, TIMEOUT);
+        ahead.hold(vec![ready(1, Duration::from_secs(60))]);
+        let (run, stale) = ahead.take(1);
+        assert_eq!((handles(&run), stale), (vec![1], vec![]));
+        // Nor does a lease that leaves less than a second beyond the timeout.
+        let tight = ReadAhead::<u32>::new(true, Duration::from_millis(10_500), TIMEOUT);
+        assert!(tight.hold_limit.is_none());
+    }
+
+    #[test]
+    fn only_a_queue_with_fast_handlers_and_a_backlog_reads_ahead() {
+        let calls = CallTime::default();
+        assert!(!calls.fast(), "no call yet: not known to be fast");
+        calls.observe(Duration::from_micros(40));
+        assert!(calls.fast());
+        for _ in 0..20 {
+            calls.observe(Duration::from_millis(50));
+        }
+        assert!(!calls.fast(), "handlers that became slow stop it");
+
+        let mut ahead = ReadAhead::<u32>::new(true, LEASE, TIMEOUT);
+        assert!(ahead.should_read(true, true));
+        assert!(!ahead.should_read(false, true), "no backlog");
+        assert!(!ahead.should_read(true, false), "slow handlers");
+        ahead.hold(vec![ready(1, Duration::ZERO)]);
+        assert!(!ahead.should_read(true, true), "a message still waits");
+        let off = ReadAhead::<u32>::new(false, LEASE, TIMEOUT);
+        assert!(
+            !off.should_read(true, true),
+            "the source does not read ahead"
+        );
+    }
+}
