@@ -415,6 +415,62 @@ provider = "second"
     host.shutdown().await;
 }
 
+/// A busy queue with a fast handler leases its next batch while the current one runs; what
+/// it leased ahead and never ran goes back at shutdown with its delivery uncounted, so
+/// nothing stays leased and no message has used an attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_leased_ahead_go_back_uncounted_at_shutdown() {
+    let logs = wharf_tests::capture_logs();
+    let prefix = unique_prefix("ext");
+    let s = storage(&prefix).await;
+    const N: usize = 20_000;
+    let envelopes: Vec<Envelope> = (0..N)
+        .map(|n| Envelope::new(format!("{{\"n\":{n}}}"), None, 0))
+        .collect();
+    for chunk in envelopes.chunks(1_000) {
+        s.enqueue_batch("bulk", chunk, false).await.unwrap();
+    }
+    let extra = r#"
+[queues.bulk]
+handler = "noop"
+storage = "external"
+provider = "main"
+concurrency = 1
+batch = 1
+"#;
+    let dir = TestDir::new();
+    dir.deploy("noop", "noop");
+    let host = dir.start(&config(&prefix, extra)).await;
+    let keys = s.keys("bulk");
+    let mut conn = redis().await;
+    // A few handler calls in, the queue reads ahead (its calls proved fast).
+    wait_for(T, "some messages processed", || {
+        let mut conn = conn.clone();
+        let ready = keys.ready.clone();
+        async move {
+            let left: usize = conn.zcard(ready).await.unwrap();
+            (left <= N - 50).then_some(())
+        }
+    })
+    .await;
+    host.shutdown().await;
+
+    let left: usize = conn.zcard(&keys.ready).await.unwrap();
+    assert!(left > 0, "the backlog outlasted the test");
+    let leased: usize = conn.hlen(&keys.leased).await.unwrap();
+    assert_eq!(leased, 0, "every lease was settled or handed back");
+    let counted: usize = conn.hlen(&keys.attempts).await.unwrap();
+    assert_eq!(
+        counted, 0,
+        "a message handed back unprocessed has no delivery counted"
+    );
+    let text = logs.text();
+    assert!(
+        text.contains("handed unfinished messages back to the broker") && text.contains("bulk"),
+        "the read under way at shutdown was handed back: {text}"
+    );
+}
+
 #[test]
 fn every_key_of_a_queue_hashes_to_one_cluster_slot() {
     fn slot(key: &str) -> u16 {

@@ -129,13 +129,22 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
 
     /// Everything received and not run: the held messages and what the read under way
     /// returns (waited for), to hand back.
-    pub(crate) async fn drain(&mut self) -> Vec<H> {
+    async fn drain(&mut self) -> Vec<H> {
         if let Some(reading) = self.reading.take()
             && let Ok((Ok(ready), _)) = reading.await
         {
             self.held.extend(ready);
         }
         self.held.drain(..).map(|ready| ready.work.handle).collect()
+    }
+
+    /// Hand everything received and not run back to `source` (nothing will run it now: the
+    /// handler is gone, or the queue shuts down).
+    pub(crate) async fn hand_back<S: Source<Handle = H>>(&mut self, source: &S) {
+        let unstarted = self.drain().await;
+        if !unstarted.is_empty() {
+            source.release(unstarted).await;
+        }
     }
 }
 

@@ -3,8 +3,9 @@
 //! → inbox check for the whole batch → invoke the handler on a fresh instance → decide the
 //! outcome → record the inbox entry (only after the guest succeeded) → settle. A queue whose
 //! handler is not deployed receives nothing. A busy queue whose source allows it receives
-//! its next batch while the current one runs ([`ahead`]). On shutdown it stops receiving, lets in-flight
-//! messages finish within the grace period, and hands the rest back to their source.
+//! its next batch while the current one runs ([`ahead`]). On shutdown it stops receiving,
+//! lets in-flight messages finish within the grace period, and hands the rest back to their
+//! source.
 //!
 //! A source ([`Source`]) only knows how to receive, settle and release its own messages.
 
@@ -211,10 +212,7 @@ impl Pipeline {
                     waiting_logged = true;
                 }
                 // Nothing runs them now: received ahead, they go back to the source.
-                let unstarted = ahead.drain().await;
-                if !unstarted.is_empty() {
-                    shared.source.release(unstarted).await;
-                }
+                ahead.hand_back(&shared.source).await;
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = changes.changed() => continue,
@@ -317,10 +315,7 @@ impl Pipeline {
         }
 
         // Received ahead and never run: back to the source at once.
-        let unstarted = ahead.drain().await;
-        if !unstarted.is_empty() {
-            shared.source.release(unstarted).await;
-        }
+        ahead.hand_back(&shared.source).await;
 
         shared.source.stop_receiving().await;
         let drained =

@@ -249,6 +249,15 @@ pub trait Consumer: Send + Sync + 'static {
         true
     }
 
+    /// Whether a delivery may wait for a free slot after `receive` handed it out: its lease
+    /// runs from the receive for the consumer's [`ConsumerSettings::lease`] (nothing renews
+    /// it, nothing else takes it back sooner) and `nack { counted: false }` leaves it as it
+    /// was. Then a busy queue receives its next batch while the current one runs, and hands
+    /// back what waited too long. Push brokers prefetch by themselves and answer false.
+    fn leases_on_receive(&self) -> bool {
+        false
+    }
+
     /// Remove deliveries for good (processed, or moved into the SQL queue). Returns, per
     /// handle, whether it was still held; a lost one returns to the broker by itself.
     async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError>;

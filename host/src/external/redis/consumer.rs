@@ -106,6 +106,12 @@ impl Consumer for RedisConsumer {
         Ok(out)
     }
 
+    fn leases_on_receive(&self) -> bool {
+        // The lease script sets the deadline; a release without counting takes the
+        // delivery's count back.
+        true
+    }
+
     fn holds(&self, handle: &Handle) -> bool {
         handle
             .get::<Lease>()

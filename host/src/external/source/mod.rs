@@ -290,6 +290,11 @@ impl Source for ExternalSource {
         }
     }
 
+    fn reads_ahead(&self) -> bool {
+        // A queue with sessions already holds messages behind their sessions.
+        !self.config.sessions && self.consumer.leases_on_receive()
+    }
+
     async fn stop_receiving(&self) {
         let pushed = self.consumer.stop().await;
         let waiting = self.gate.take_all();
