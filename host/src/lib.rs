@@ -20,11 +20,4 @@ pub mod runtime;
 pub mod schema_lock;
 
 pub use config::Config;
-
-/// Every program built on the host (the `wharf` binary, its benchmarks and tests) allocates
-/// with mimalloc: a drain allocates and frees small objects on every worker thread per message
-/// (futures, envelopes, replies), and glibc's allocator made the worker threads wait on its
-/// arena locks.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 pub use host::{RunningHost, StartOptions, start, start_with};
