@@ -7,6 +7,7 @@
 //! The README lists every metric.
 
 pub mod counts;
+mod handles;
 mod rates;
 
 pub use rates::{Rates, rates};
@@ -89,6 +90,15 @@ pub enum MessageOutcome {
 }
 
 impl MessageOutcome {
+    /// Every outcome, in declaration order (`outcome as usize` indexes it).
+    const ALL: [MessageOutcome; 5] = [
+        MessageOutcome::Processed,
+        MessageOutcome::Retried,
+        MessageOutcome::Failed,
+        MessageOutcome::Released,
+        MessageOutcome::Duplicate,
+    ];
+
     fn label(self) -> &'static str {
         match self {
             MessageOutcome::Processed => "processed",
@@ -107,24 +117,17 @@ pub fn message(queue: &str, outcome: MessageOutcome) {
         MessageOutcome::Failed => rates::bump(queue, true),
         _ => {}
     }
-    metrics::counter!(
-        "wharf_messages_total",
-        "queue" => queue.to_string(),
-        "outcome" => outcome.label()
-    )
-    .increment(1);
+    handles::queue(queue).outcome(outcome).increment(1);
 }
 
 /// How long one `handle` call took on `queue` (instantiation included).
 pub fn handler_call(queue: &str, took: Duration) {
-    metrics::histogram!("wharf_handler_call_seconds", "queue" => queue.to_string())
-        .record(took.as_secs_f64());
+    handles::queue(queue).call.record(took.as_secs_f64());
 }
 
 /// How long creating a fresh instance of `handler` took.
 pub fn instantiated(handler: &str, took: Duration) {
-    metrics::histogram!("wharf_instantiate_seconds", "handler" => handler.to_string())
-        .record(took.as_secs_f64());
+    handles::instantiate(handler).record(took.as_secs_f64());
 }
 
 /// From enqueue to the final settlement (processed or failed) of a message on `queue`.
@@ -133,8 +136,7 @@ pub fn settled(queue: &str, enqueued_at_ms: u64) {
         return; // not known (a message from a direct producer without a timestamp)
     }
     let ms = (crate::queue::now_ms() - enqueued_at_ms as i64).max(0);
-    metrics::histogram!("wharf_settle_latency_seconds", "queue" => queue.to_string())
-        .record(ms as f64 / 1000.0);
+    handles::queue(queue).settle.record(ms as f64 / 1000.0);
 }
 
 /// A message of an external queue moved into the SQL queue with `status`.

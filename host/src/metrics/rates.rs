@@ -42,7 +42,10 @@ pub struct Rates {
 /// Count one processed (`failed == false`) or failed message of `queue`.
 pub(super) fn bump(queue: &str, failed: bool) {
     let mut t = tracker().lock().expect("rate tracker");
-    let totals = t.totals.entry(queue.to_string()).or_default();
+    let totals = match t.totals.get_mut(queue) {
+        Some(totals) => totals,
+        None => t.totals.entry(queue.to_string()).or_default(),
+    };
     if failed {
         totals.failed += 1;
     } else {
