@@ -3,6 +3,7 @@
 //! Every command installs what it needs (the `wasm32-wasip2` target, cargo-nextest) so it
 //! works the same on a fresh machine and in CI.
 
+mod bench;
 mod browser;
 mod chaos;
 mod demo;
@@ -70,16 +71,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Demo { keep_running } => demo::run(keep_running),
         Task::Test { args } => test(&args),
-        Task::Bench { args } => {
-            services::ensure_postgres()?;
-            services::ensure_redis()?;
-            services::ensure_rabbitmq()?;
-            services::ensure_kafka()?;
-            tools::build_guests()?;
-            let mut cmd = tools::cargo(&["bench", "--package", "wharf-host"]);
-            cmd.args(&args);
-            tools::run(cmd)
-        }
+        Task::Bench { args } => bench::run(&args),
         Task::Fuzz { cases } => {
             tools::ensure_nextest()?;
             services::ensure_postgres()?;
