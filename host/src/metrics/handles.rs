@@ -57,6 +57,23 @@ pub(super) fn instantiate(handler: &str) -> Arc<Histogram> {
     )
 }
 
+/// The inbox counters of one endpoint.
+pub(super) struct InboxHandles {
+    /// `wharf_inbox_checks_total{endpoint}`.
+    pub checks: Counter,
+    /// `wharf_inbox_records_total{endpoint}`.
+    pub records: Counter,
+}
+
+/// The inbox counters of `endpoint`, registered on first use.
+pub(super) fn inbox(endpoint: &str) -> Arc<InboxHandles> {
+    static ENDPOINTS: Cache<InboxHandles> = OnceLock::new();
+    cached(&ENDPOINTS, endpoint, || InboxHandles {
+        checks: metrics::counter!("wharf_inbox_checks_total", "endpoint" => endpoint.to_string()),
+        records: metrics::counter!("wharf_inbox_records_total", "endpoint" => endpoint.to_string()),
+    })
+}
+
 /// The entry of `key` in `cache`, made by `make` the first time. The recorder is installed
 /// before anything is registered, so no handle is ever bound to the no-op recorder.
 fn cached<T>(cache: &'static Cache<T>, key: &str, make: impl FnOnce() -> T) -> Arc<T> {

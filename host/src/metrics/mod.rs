@@ -167,14 +167,12 @@ pub fn deploy(handler: &str, result: &'static str) {
 
 /// Deliveries of `endpoint` looked up in the consumer inbox.
 pub fn inbox_checked(endpoint: &str, count: usize) {
-    metrics::counter!("wharf_inbox_checks_total", "endpoint" => endpoint.to_string())
-        .increment(count as u64);
+    handles::inbox(endpoint).checks.increment(count as u64);
 }
 
 /// Inbox entries recorded for `endpoint` after successful handler calls.
 pub fn inbox_recorded(endpoint: &str, count: usize) {
-    metrics::counter!("wharf_inbox_records_total", "endpoint" => endpoint.to_string())
-        .increment(count as u64);
+    handles::inbox(endpoint).records.increment(count as u64);
 }
 
 /// Count a redelivery skipped by the consumer inbox; `storage` is where the queue's pending
