@@ -20,6 +20,10 @@ pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 /// How long opening a connection to one node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long connecting to a cluster may take beyond one response timeout: reaching seed
+/// nodes one after another and asking them for the slot map.
+const CLUSTER_DISCOVERY: Duration = Duration::from_secs(10);
+
 /// Where Redis is: one server, or the seed nodes of a cluster.
 #[derive(Debug, Clone)]
 pub enum RedisTarget {
@@ -85,10 +89,18 @@ impl RedisTarget {
                     .retries(6)
                     .max_retry_wait(1_000)
                     .build()?;
-                client
-                    .get_async_connection()
-                    .await
-                    .map(|c| RedisConnection::Cluster(Box::new(c)))
+                // Each request of the slot discovery times out, but the discovery as a whole
+                // has no deadline: bound it, so that a cluster that stalls there is an error
+                // the caller retries, not a hang.
+                let limit = CLUSTER_DISCOVERY + response_timeout;
+                match tokio::time::timeout(limit, client.get_async_connection()).await {
+                    Ok(connected) => connected.map(|c| RedisConnection::Cluster(Box::new(c))),
+                    Err(_) => Err(RedisError::from((
+                        ErrorKind::Io,
+                        "no cluster node answered the slot discovery in time",
+                        format!("{limit:?}"),
+                    ))),
+                }
             }
         }
     }

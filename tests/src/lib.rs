@@ -266,8 +266,14 @@ where
         .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
 }
 
+/// How long a check of [`poll_until`] may run past the wait's timeout (a slow call near the
+/// end of a wait still counts).
+pub const CHECK_GRACE: Duration = Duration::from_secs(10);
+
 /// Poll `check` every 20 ms until it returns `Some`; `None` once `timeout` passed (for a
-/// caller that says more about the timeout than [`wait_for`] does).
+/// caller that says more about the timeout than [`wait_for`] does). A check that does not
+/// end counts as timed out [`CHECK_GRACE`] after `timeout`, so a call that hangs fails the
+/// test with what it waited for instead of holding it for ever.
 pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
@@ -275,8 +281,11 @@ where
 {
     let started = Instant::now();
     loop {
-        if let Some(value) = check().await {
-            return Some(value);
+        let limit = timeout.saturating_sub(started.elapsed()) + CHECK_GRACE;
+        match tokio::time::timeout(limit, check()).await {
+            Ok(Some(value)) => return Some(value),
+            Ok(None) => {}
+            Err(_) => return None,
         }
         if started.elapsed() >= timeout {
             return None;

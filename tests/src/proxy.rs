@@ -6,11 +6,12 @@
 //! on once it heals).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 
 /// A proxy forwarding to `127.0.0.1:{target}`; stopped on drop.
 pub struct TcpProxy {
     port: u16,
+    target: Arc<AtomicU16>,
     up: Arc<AtomicBool>,
     cut: Arc<tokio::sync::Notify>,
     held: tokio::sync::watch::Sender<bool>,
@@ -24,18 +25,20 @@ impl TcpProxy {
             .await
             .expect("a proxy port");
         let port = listener.local_addr().unwrap().port();
+        let target = Arc::new(AtomicU16::new(target));
         let up = Arc::new(AtomicBool::new(true));
         let cut = Arc::new(tokio::sync::Notify::new());
         let (held, watch_held) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(forward(
             listener,
-            target,
+            target.clone(),
             up.clone(),
             cut.clone(),
             watch_held,
         ));
         TcpProxy {
             port,
+            target,
             up,
             cut,
             held,
@@ -46,6 +49,12 @@ impl TcpProxy {
     /// The port clients connect to.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Forward new connections to `target` from now on (for a server started after its
+    /// proxy, on a port of its own).
+    pub fn set_target(&self, target: u16) {
+        self.target.store(target, Ordering::SeqCst);
     }
 
     /// Cut every connection and refuse new ones.
@@ -73,7 +82,7 @@ impl TcpProxy {
 /// Forward connections to the target while `up`; cut them all when `cut` is notified.
 async fn forward(
     listener: tokio::net::TcpListener,
-    target: u16,
+    target: Arc<AtomicU16>,
     up: Arc<AtomicBool>,
     cut: Arc<tokio::sync::Notify>,
     held: tokio::sync::watch::Receiver<bool>,
@@ -85,6 +94,7 @@ async fn forward(
         }
         let cut = cut.clone();
         let held = held.clone();
+        let target = target.load(Ordering::SeqCst);
         tokio::spawn(async move {
             let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
                 return;

@@ -45,7 +45,7 @@
 //!   range for every node), so at most 11 `rabbitmqctl` may run at once on the machine; the dist
 //!   port chosen here avoids that range.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -57,8 +57,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long a node may take to boot (or the app to start) before we give up.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(90);
-/// Ports `rabbitmqctl` listens on (RABBITMQ_CTL_DIST_PORT_MIN..MAX defaults).
-const CLI_DIST_PORTS: std::ops::RangeInclusive<u16> = 35672..=35682;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -374,26 +372,12 @@ async fn amqp_answers(port: u16) -> bool {
 
 /// A port that is free on 127.0.0.1 now, picked at random in 20000..32000: below Linux's
 /// ephemeral range (32768..60999), so that no outgoing connection grabs it while the node is
-/// stopped, and away from the CLI range and the shared broker's ports.
+/// stopped, apart from the range of the other test servers' ports
+/// ([`crate::services::free_port`]) and from the shared broker's ports (25672 here;
+/// `rabbitmqctl`'s 35672..=35682 lie above the range).
 fn free_port(ok: impl Fn(u16) -> bool) -> Result<u16> {
-    use std::hash::{BuildHasher, Hasher};
-    for _ in 0..200 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_nanos(),
-        );
-        let port = 20000 + (h.finish() % 12000) as u16;
-        if [25672].contains(&port) || CLI_DIST_PORTS.contains(&port) || !ok(port) {
-            continue;
-        }
-        if TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).is_ok() {
-            return Ok(port);
-        }
-    }
-    bail!("no free port found in 20000..32000")
+    crate::services::free_port_in(20000..32000, |p| p != 25672 && ok(p))
+        .context("no free port found in 20000..32000")
 }
 
 fn is_root() -> bool {

@@ -4,7 +4,8 @@
 //! cluster can sit behind proxies the test controls: each node announces its proxy's port,
 //! so cluster clients (and redirects) only ever reach the nodes through them.
 
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::free_port;
@@ -25,19 +26,27 @@ pub struct RedisNode {
 impl RedisNode {
     /// A standalone server, started.
     pub fn standalone() -> RedisNode {
-        Self::new(free_port(), None, None)
+        Self::new(false, None)
     }
 
-    fn new(port: u16, bus_port: Option<u16>, announced: Option<u16>) -> RedisNode {
-        let mut node = RedisNode {
-            port,
-            bus_port,
-            announced,
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
-        };
-        node.start();
-        node
+    /// A server on a port picked free (a cluster node, with a bus port picked free too, when
+    /// `cluster`), started; the ports are picked again when another server took them first.
+    fn new(cluster: bool, announced: Option<u16>) -> RedisNode {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let mut node = RedisNode {
+                port: free_port(),
+                bus_port: cluster.then(free_port),
+                announced,
+                dir: tempfile::tempdir().unwrap(),
+                child: None,
+            };
+            match node.try_start() {
+                Ok(()) => return node,
+                Err(why) => last = format!("on port {}: {why}", node.port),
+            }
+        }
+        panic!("no redis-server of this test's own started in 5 tries; the last {last}");
     }
 
     /// Its URL.
@@ -52,6 +61,14 @@ impl RedisNode {
 
     /// Start it (again, with its data), and wait until it accepts connections.
     pub fn start(&mut self) {
+        if let Err(why) = self.try_start() {
+            panic!("redis-server on port {} did not start: {why}", self.port);
+        }
+    }
+
+    /// Start it and wait until it answers on its port; an error when it exits first or when
+    /// the server answering there is another one (whose port it then could not bind).
+    fn try_start(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "the node runs already");
         let mut cmd = Command::new("redis-server");
         cmd.args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
@@ -81,16 +98,43 @@ impl RedisNode {
                     .args(["--cluster-announce-bus-port", &bus.to_string()]);
             }
         }
-        self.child = Some(cmd.spawn().expect("redis-server starts (is it installed?)"));
-        let addr: std::net::SocketAddr = self.addr().parse().unwrap();
+        let child = cmd.spawn().expect("redis-server starts (is it installed?)");
+        let pid = child.id();
+        self.child = Some(child);
         let started = Instant::now();
-        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "redis-server on {addr} did not start"
+        let answered = loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                break Err(format!("it exited ({status}): a port was taken"));
+            }
+            // The server that answers is ours only if it names our child's pid (a server
+            // that lost the port to another one exits, but may answer briefly before).
+            let info = run_bounded(
+                Command::new("redis-cli").args(["-p", &self.port.to_string(), "INFO", "server"]),
+                Duration::from_secs(5),
             );
-            std::thread::sleep(Duration::from_millis(20));
+            match info {
+                Ok(out) if String::from_utf8_lossy(&out.stdout).contains("process_id:") => {
+                    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                    match text.contains(&format!("process_id:{pid}\r")) {
+                        true => break Ok(()),
+                        false => break Err("another server answers on its port".to_string()),
+                    }
+                }
+                _ if started.elapsed() > Duration::from_secs(10) => {
+                    break Err("it did not answer within 10 s".to_string());
+                }
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        if answered.is_err() {
+            self.kill();
         }
+        answered
     }
 
     /// SIGKILL it.
@@ -109,11 +153,13 @@ impl RedisNode {
     /// `redis-cli -p PORT ARGS…` (with `-c`, following cluster redirects): its stdout, or a
     /// panic with its stderr.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-c", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli runs");
+        let out = run_bounded(
+            Command::new("redis-cli")
+                .args(["-c", "-p", &self.port.to_string()])
+                .args(args),
+            Duration::from_secs(30),
+        )
+        .unwrap_or_else(|e| panic!("redis-cli {args:?} on port {}: {e}", self.port));
         assert!(
             out.status.success(),
             "redis-cli {args:?}: {}",
@@ -142,37 +188,41 @@ impl RedisCluster {
     /// Start `masters` nodes (at least 3) and join them into one cluster; returns once every
     /// node reports the cluster healthy.
     pub fn start(masters: usize) -> RedisCluster {
-        let ports = (0..masters).map(|_| free_port()).collect();
-        Self::create(ports, Vec::new())
+        Self::create(masters, Vec::new())
     }
 
     /// [`RedisCluster::start`], each node behind a proxy of its own that it announces as
     /// its address.
     pub async fn start_behind_proxies(masters: usize) -> RedisCluster {
-        let ports: Vec<u16> = (0..masters).map(|_| free_port()).collect();
         let mut proxies = Vec::new();
-        for port in &ports {
-            proxies.push(TcpProxy::start(*port).await);
+        for _ in 0..masters {
+            // Pointed at its node once the node runs on ports of its own.
+            proxies.push(TcpProxy::start(0).await);
         }
-        tokio::task::block_in_place(|| Self::create(ports, proxies))
+        tokio::task::block_in_place(|| Self::create(masters, proxies))
     }
 
-    fn create(ports: Vec<u16>, proxies: Vec<TcpProxy>) -> RedisCluster {
-        let nodes: Vec<RedisNode> = ports
-            .iter()
-            .enumerate()
-            .map(|(i, port)| {
-                let announced = proxies.get(i).map(TcpProxy::port);
-                RedisNode::new(*port, Some(free_port()), announced)
+    fn create(masters: usize, proxies: Vec<TcpProxy>) -> RedisCluster {
+        let nodes: Vec<RedisNode> = (0..masters)
+            .map(|i| {
+                let proxy = proxies.get(i);
+                let node = RedisNode::new(true, proxy.map(TcpProxy::port));
+                if let Some(proxy) = proxy {
+                    proxy.set_target(node.port);
+                }
+                node
             })
             .collect();
         let addrs: Vec<String> = nodes.iter().map(RedisNode::addr).collect();
-        let out = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("redis-cli runs");
+        // It waits for the nodes to agree with no deadline of its own.
+        let out = run_bounded(
+            Command::new("redis-cli")
+                .args(["--cluster", "create"])
+                .args(&addrs)
+                .args(["--cluster-replicas", "0", "--cluster-yes"]),
+            Duration::from_secs(60),
+        )
+        .unwrap_or_else(|e| panic!("redis-cli --cluster create {addrs:?}: {e}"));
         assert!(
             out.status.success(),
             "redis-cli --cluster create: {}{}",
@@ -250,4 +300,53 @@ impl RedisCluster {
         }
         panic!("no node serves slot {slot} of {key}");
     }
+}
+
+/// Run `cmd` to its end with its output captured; an error (once it is killed) when it runs
+/// longer than `limit`, with what it printed — `redis-cli` waits on a server that does not
+/// answer, and `--cluster create` on nodes that do not agree, for ever.
+fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("it did not start: {e}"))?;
+    let stdout = collect(child.stdout.take().expect("piped stdout"));
+    let stderr = collect(child.stderr.take().expect("piped stderr"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(status);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    match status {
+        Some(status) => Ok(Output {
+            status,
+            stdout,
+            stderr,
+        }),
+        None => Err(format!(
+            "it did not end within {limit:?}; it printed: {}{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )),
+    }
+}
+
+/// Read `pipe` to its end on a thread of its own.
+fn collect(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
 }

@@ -47,12 +47,26 @@ impl Drop for PgSchema {
     }
 }
 
-/// A loopback port free at the moment of asking.
+/// A loopback port free at the moment of asking, picked at random in 10000..20000: below
+/// Linux's ephemeral range (32768..60999), so that neither an outgoing connection nor a
+/// listener bound to port 0 (a proxy, another test's server) takes it before the caller's
+/// server binds it. Two tests can still pick the same port: a server started on it checks
+/// that it is the one answering there (see `RedisNode`).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    free_port_in(10000..20000, |_| true).expect("a free port in 10000..20000")
+}
+
+/// A port of `range` that `ok` accepts and that is free on 127.0.0.1 now, picked at random;
+/// `None` after 200 tries.
+pub fn free_port_in(range: std::ops::Range<u16>, ok: impl Fn(u16) -> bool) -> Option<u16> {
+    let span = u64::from(range.end - range.start);
+    for _ in 0..200 {
+        let port = range.start + (rand_u64() % span) as u16;
+        if ok(port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Some(port);
+        }
+    }
+    None
 }
 
 fn rand_u64() -> u64 {
