@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::free_port;
 use crate::proxy::TcpProxy;
+use wait_timeout::ChildExt as _;
 
 /// One `redis-server` of its own.
 pub struct RedisNode {
@@ -314,18 +315,11 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
         .map_err(|e| format!("it did not start: {e}"))?;
     let stdout = collect(child.stdout.take().expect("piped stdout"));
     let stderr = collect(child.stderr.take().expect("piped stderr"));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(status);
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = child.wait_timeout(limit).map_err(|e| e.to_string())?;
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let stdout = stdout.join().unwrap_or_default();
     let stderr = stderr.join().unwrap_or_default();
     match status {
