@@ -3,10 +3,12 @@
 //! keeps its state), `start_again` lets clients back in; `close_all` closes the connections
 //! of the moment and accepts new ones (a server that killed its clients); `hold` stops all
 //! traffic without closing anything until released (a network cut: packets vanish, then flow
-//! on once it heals).
+//! on once it heals); `delay_answers` makes what the server sends arrive late (an answer
+//! still on its way).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A proxy forwarding to `127.0.0.1:{target}`; stopped on drop.
 pub struct TcpProxy {
@@ -15,6 +17,7 @@ pub struct TcpProxy {
     up: Arc<AtomicBool>,
     cut: Arc<tokio::sync::Notify>,
     held: tokio::sync::watch::Sender<bool>,
+    answer_delay_ms: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -29,12 +32,14 @@ impl TcpProxy {
         let up = Arc::new(AtomicBool::new(true));
         let cut = Arc::new(tokio::sync::Notify::new());
         let (held, watch_held) = tokio::sync::watch::channel(false);
+        let answer_delay_ms = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(forward(
             listener,
             target.clone(),
             up.clone(),
             cut.clone(),
             watch_held,
+            answer_delay_ms.clone(),
         ));
         TcpProxy {
             port,
@@ -42,6 +47,7 @@ impl TcpProxy {
             up,
             cut,
             held,
+            answer_delay_ms,
             task,
         }
     }
@@ -77,6 +83,13 @@ impl TcpProxy {
     pub fn hold(&self, held: bool) {
         let _ = self.held.send(held);
     }
+
+    /// Deliver each chunk the server sends `delay` after it was sent (requests go through at
+    /// once): the server acts on a request before its client hears the answer.
+    pub fn delay_answers(&self, delay: Duration) {
+        self.answer_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
 }
 
 /// Forward connections to the target while `up`; cut them all when `cut` is notified.
@@ -86,6 +99,7 @@ async fn forward(
     up: Arc<AtomicBool>,
     cut: Arc<tokio::sync::Notify>,
     held: tokio::sync::watch::Receiver<bool>,
+    answer_delay_ms: Arc<AtomicU64>,
 ) {
     while let Ok((client, _)) = listener.accept().await {
         if !up.load(Ordering::SeqCst) {
@@ -95,6 +109,7 @@ async fn forward(
         let cut = cut.clone();
         let held = held.clone();
         let target = target.load(Ordering::SeqCst);
+        let answer_delay_ms = answer_delay_ms.clone();
         tokio::spawn(async move {
             let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
                 return;
@@ -102,19 +117,20 @@ async fn forward(
             let (client_read, client_write) = client.into_split();
             let (server_read, server_write) = server.into_split();
             tokio::select! {
-                _ = pump(client_read, server_write, held.clone()) => {}
-                _ = pump(server_read, client_write, held) => {}
+                _ = pump(client_read, server_write, held.clone(), None) => {}
+                _ = pump(server_read, client_write, held, Some(answer_delay_ms)) => {}
                 _ = cut.notified() => {}
             }
         });
     }
 }
 
-/// Copy bytes one way, waiting while traffic is held.
+/// Copy bytes one way, waiting while traffic is held (and by `delay_ms` after each chunk).
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut held: tokio::sync::watch::Receiver<bool>,
+    delay_ms: Option<Arc<AtomicU64>>,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buffer = vec![0u8; 64 * 1024];
@@ -123,6 +139,10 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        let delay = delay_ms.as_ref().map_or(0, |d| d.load(Ordering::SeqCst));
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         if held.wait_for(|h| !h).await.is_err() || to.write_all(&buffer[..n]).await.is_err() {
             return;
         }

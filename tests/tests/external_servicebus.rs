@@ -3,7 +3,8 @@
 //! `WHARF_TEST_SERVICEBUS_CONNECTION` is set): lock renewal for a handler slower than the
 //! lock, a lock lost early (the settlement is refused, the redelivery is skipped by the
 //! inbox), a wrong SAS key, a missing subscription and a silent network cut on the health
-//! check, and broker and custom properties reaching the guest.
+//! check, a message locked for a receive whose answer arrives at shutdown, and broker and
+//! custom properties reaching the guest.
 //! The behaviour every provider shares is in the conformance suite (`external_conformance`).
 
 use std::time::Duration;
@@ -275,6 +276,44 @@ async fn a_silent_network_cut_turns_health_red_through_the_broker_probe() {
     })
     .await;
     host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_locked_for_a_receive_answering_at_shutdown_goes_back_at_once() {
+    let server = server().await;
+    server.set_lock_duration(Duration::from_secs(120));
+    let proxy = wharf_tests::proxy::TcpProxy::start(server.port()).await;
+    let endpoint = format!("http://127.0.0.1:{}", proxy.port());
+    let (_dir, host) = start(&config(&endpoint, KEY, "", "concurrency = 1")).await;
+    wait_for(T, "the provider to be ready", || async {
+        readiness(&host).await.0.then_some(())
+    })
+    .await;
+    // The broker locks the message for the open peek-lock request; its answer is on the
+    // way when the host stops.
+    proxy.delay_answers(Duration::from_millis(400));
+    let message = envelope_body(json!({"reply_to": "replies", "n": 1}), Some("late-1"));
+    let status = send_direct(
+        &server.endpoint(),
+        "shop",
+        (KEY_NAME, KEY),
+        TOPIC,
+        &message,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 201);
+    wait_for(T, "the broker to lock the message", || async {
+        (server.counts(TOPIC, "processing").1 == 1).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+    wait_for(
+        Duration::from_secs(10),
+        "the message unlocked, long before its lock expires",
+        || async { (server.counts(TOPIC, "processing") == (1, 0, 0)).then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,6 +32,9 @@ pub const MAX_RECEIVERS: u32 = 64;
 pub const IDLE_WAIT: Duration = Duration::from_secs(10);
 /// How long the other receivers wait before parking again.
 pub(super) const BUSY_WAIT: Duration = Duration::from_secs(1);
+/// How long a peek-lock request still open at shutdown may take to answer: a message it
+/// brings is unlocked then, instead of staying locked until its lock expires.
+pub(super) const STOP_WAIT: Duration = Duration::from_secs(1);
 /// How often held locks are looked at for renewal.
 pub(super) const RENEW_TICK: Duration = Duration::from_millis(250);
 /// Receiving pauses (and buffered messages are unlocked) when nothing asked for messages
@@ -88,6 +91,8 @@ impl State {
 pub struct ServiceBusConsumer {
     state: Arc<State>,
     receivers: u32,
+    /// The receiver tasks, awaited at `close` so what they received goes back first.
+    running: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Receiving starts with the first `receive` (the queue's handler is deployed): no
     /// lock is taken for a queue nothing processes yet.
     started: std::sync::Once,
@@ -122,14 +127,16 @@ impl ServiceBusConsumer {
         ServiceBusConsumer {
             state,
             receivers: prefetch.min(MAX_RECEIVERS),
+            running: Mutex::new(Vec::new()),
             started: std::sync::Once::new(),
         }
     }
 
     fn start_receiving(&self) {
         self.started.call_once(|| {
+            let mut running = self.running.lock().expect("receivers");
             for index in 0..self.receivers {
-                tokio::spawn(receiver(self.state.clone(), index));
+                running.push(tokio::spawn(receiver(self.state.clone(), index)));
             }
             tokio::spawn(keep_locks(self.state.clone()));
         });
@@ -277,6 +284,9 @@ impl Consumer for ServiceBusConsumer {
 
     async fn close(&self) {
         self.state.stopping.cancel();
+        // Each ends within STOP_WAIT plus one unlock (bounded by the request timeout).
+        let running = std::mem::take(&mut *self.running.lock().expect("receivers"));
+        join_all(running).await;
         let left: Vec<String> = {
             let mut locks = self.state.locks.lock().expect("locks");
             locks

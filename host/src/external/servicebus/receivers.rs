@@ -1,6 +1,7 @@
 //! The receivers of a Service Bus consumer: each keeps one peek-lock request open while the
 //! consumer has room, and turns a locked message into a buffered [`Delivery`] whose lock is
-//! held in [`State::locks`].
+//! held in [`State::locks`]. At shutdown a request still open gets [`STOP_WAIT`] to answer,
+//! and a message it brings is unlocked at once.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use super::consumer::{BUSY_WAIT, HeldLock, IDLE_WAIT, LockId, State};
-use super::rest::{Locked, parse_date};
+use super::consumer::{BUSY_WAIT, HeldLock, IDLE_WAIT, LockId, STOP_WAIT, State};
+use super::rest::{LockAction, Locked, parse_date};
 use crate::external::{Delivery, DeliveryCount, Handle};
 
 /// One receiver: peek-lock while there is room; park when the subscription is empty
@@ -31,9 +32,20 @@ pub(super) async fn receiver(state: Arc<State>, index: u32) {
             room = state.room.clone().acquire_owned() => room.expect("never closed"),
         };
         let wait = if index == 0 { IDLE_WAIT } else { BUSY_WAIT };
+        let request = state
+            .rest
+            .peek_lock(&state.topic, &state.subscription, wait);
+        tokio::pin!(request);
         let received = tokio::select! {
-            _ = state.stopping.cancelled() => return,
-            r = state.rest.peek_lock(&state.topic, &state.subscription, wait) => r,
+            r = &mut request => r,
+            _ = state.stopping.cancelled() => {
+                // An answer may already be on its way: a message it locked goes back now
+                // instead of staying locked until the lock expires.
+                if let Ok(Ok(Some(locked))) = tokio::time::timeout(STOP_WAIT, request).await {
+                    let _ = state.rest.on_lock(&locked.lock_url, LockAction::Unlock).await;
+                }
+                return;
+            }
         };
         match received {
             Ok(Some(locked)) => {
