@@ -20,6 +20,19 @@ const KEY_NAME: &str = "RootManageSharedAccessKey";
 const KEY: &str = "c2VydmljZWJ1cy10ZXN0cw==";
 const TOPIC: &str = "nexus.export_order";
 
+/// Send `message` to the topic straight to the server, as a producer outside Wharf does.
+async fn send(server: &ContractServer, message: &[u8], headers: &[(&str, &str)]) -> u16 {
+    send_direct(
+        &server.endpoint(),
+        "shop",
+        (KEY_NAME, KEY),
+        TOPIC,
+        message,
+        headers,
+    )
+    .await
+}
+
 /// A contract server with the topic of `export_order` and both subscriptions.
 async fn server() -> ContractServer {
     let server = ContractServer::start(KEY_NAME, KEY).await;
@@ -112,18 +125,7 @@ async fn a_lost_lock_refuses_the_settlement_and_the_inbox_skips_the_redelivery()
         json!({"sleep_ms": 1500, "reply_to": "replies", "n": 7}),
         Some("lost-1"),
     );
-    assert_eq!(
-        send_direct(
-            &server.endpoint(),
-            "shop",
-            (KEY_NAME, KEY),
-            TOPIC,
-            &message,
-            &[]
-        )
-        .await,
-        201
-    );
+    assert_eq!(send(&server, &message, &[]).await, 201);
     wait_for(T, "the message to be locked", || async {
         (server.counts(TOPIC, "processing").1 == 1).then_some(())
     })
@@ -293,15 +295,7 @@ async fn a_message_locked_for_a_receive_answering_at_shutdown_goes_back_at_once(
     // way when the host stops.
     proxy.delay_answers(Duration::from_millis(400));
     let message = envelope_body(json!({"reply_to": "replies", "n": 1}), Some("late-1"));
-    let status = send_direct(
-        &server.endpoint(),
-        "shop",
-        (KEY_NAME, KEY),
-        TOPIC,
-        &message,
-        &[],
-    )
-    .await;
+    let status = send(&server, &message, &[]).await;
     assert_eq!(status, 201);
     wait_for(T, "the broker to lock the message", || async {
         (server.counts(TOPIC, "processing").1 == 1).then_some(())
@@ -372,11 +366,8 @@ async fn broker_and_custom_properties_reach_the_guest() {
     let server = server().await;
     let (_dir, host) = start(&config(&server.endpoint(), KEY, "", "")).await;
     let message = envelope_body(json!({"reply_to": "replies", "n": 3}), Some("props-1"));
-    let status = send_direct(
-        &server.endpoint(),
-        "shop",
-        (KEY_NAME, KEY),
-        TOPIC,
+    let status = send(
+        &server,
         &message,
         &[
             ("BrokerProperties", r#"{"MessageId":"props-1"}"#),
