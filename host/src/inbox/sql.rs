@@ -22,6 +22,25 @@ fn missing_table(table: &str) -> InboxError {
     ))
 }
 
+/// The SQLite inbox table `table`: rows kept in insertion order (the rowid, which follows
+/// the creation time, as the spec's clustered index on the creation timestamp), the key's
+/// hash unique in an index of its own, and (endpoint, creation time) indexed for purges.
+///
+/// Measured against a table keyed by the hash itself (`WITHOUT ROWID`), where every record
+/// put its whole ~100-byte row on a random leaf page: about a fifth less time per record.
+/// A table made with that older layout keeps working unchanged (the statements only need
+/// `id_hash` to be unique).
+fn sqlite_layout(table: &str) -> [String; 3] {
+    [
+        format!(
+            "CREATE TABLE IF NOT EXISTS {table} (id_hash BLOB NOT NULL, endpoint TEXT NOT NULL,
+                 message_id TEXT NOT NULL, created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL)"
+        ),
+        format!("CREATE UNIQUE INDEX IF NOT EXISTS {table}_hash ON {table} (id_hash)"),
+        format!("CREATE INDEX IF NOT EXISTS {table}_created ON {table} (endpoint, created_at_ms)"),
+    ]
+}
+
 /// The inbox table in SQLite.
 pub struct SqliteInbox {
     pool: SqlitePool,
@@ -43,18 +62,23 @@ impl SqliteInbox {
             .connect_with(options)
             .await?;
         if auto_create {
-            sqlx::query(AssertSqlSafe(format!(
-                "CREATE TABLE IF NOT EXISTS {table} (id_hash BLOB PRIMARY KEY, endpoint TEXT NOT NULL,
-                     message_id TEXT NOT NULL, created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL)
-                 WITHOUT ROWID"
-            )))
-            .execute(&pool)
+            let [create, unique_hash, by_endpoint] = sqlite_layout(table);
+            sqlx::query(AssertSqlSafe(create)).execute(&pool).await?;
+            // A table of the older layout has its key as its primary key already.
+            let keyed_by_hash: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) WHERE origin = 'pk')",
+            )
+            .bind(table)
+            .fetch_one(&pool)
             .await?;
-            sqlx::query(AssertSqlSafe(format!(
-                "CREATE INDEX IF NOT EXISTS {table}_created ON {table} (endpoint, created_at_ms)"
-            )))
-            .execute(&pool)
-            .await?;
+            if !keyed_by_hash {
+                sqlx::query(AssertSqlSafe(unique_hash))
+                    .execute(&pool)
+                    .await?;
+            }
+            sqlx::query(AssertSqlSafe(by_endpoint))
+                .execute(&pool)
+                .await?;
         } else if sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {table} LIMIT 0")))
             .execute(&pool)
             .await
