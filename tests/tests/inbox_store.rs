@@ -283,11 +283,74 @@ async fn purge_is_bounded_per_pass(store: Arc<dyn InboxStore>) {
 }
 
 /// On PostgreSQL the lease statement checks the inbox itself; its SQL hash must be the same
-/// bytes as `InboxKey::new`, for plain, non-ASCII and trailing-space ids.
+/// bytes as `InboxKey::new`, for plain, non-ASCII and trailing-space endpoints.
 #[tokio::test]
 async fn postgres_lease_checks_the_same_keys_the_store_records() {
-    use wharf_host::queue::{InboxProbe, NewMessage, QueueStore};
     let (queue, inbox, _schema) = postgres_queue_and_inbox().await;
+    lease_checks_the_same_keys_the_store_records(&queue, &inbox).await;
+}
+
+/// On SQLite too (with the `wharf_inbox_key` function on the writer), for plain leases and for
+/// the session-head lease of a queue with sessions.
+#[tokio::test]
+async fn sqlite_lease_checks_the_same_keys_the_store_records() {
+    use wharf_host::queue::{Disposition, InboxProbe, NewMessage, QueueStore, Settlement};
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("queue.db").display());
+    let queue = wharf_host::queue::SqliteStore::open(&url, 2).await.unwrap();
+    let inbox = SqliteInbox::open(&url, "wharf_inbox", true).await.unwrap();
+    lease_checks_the_same_keys_the_store_records(&queue, &inbox).await;
+
+    // A session head, checked by the lease of a queue with sessions.
+    let probe = InboxProbe {
+        table: "wharf_inbox".into(),
+        endpoint: "billing".to_string(),
+    };
+    for n in 0..2 {
+        queue
+            .enqueue(
+                "s",
+                NewMessage {
+                    payload: format!("{{\"n\":{n}}}"),
+                    session: Some("order-1".into()),
+                    ..NewMessage::default()
+                },
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let head = queue
+        .lease_in_sessions("s", 10, 60_000, None)
+        .await
+        .unwrap();
+    assert_eq!(head.len(), 1, "one head per session");
+    assert_eq!(head[0].inbox_processed, None, "no inbox asked for");
+    inbox
+        .record(
+            &InboxKey::new("billing", &head[0].delivery_id).unwrap(),
+            WEEK,
+        )
+        .await
+        .unwrap();
+    queue
+        .settle(&[Settlement::new(head[0].lease, Disposition::Release)])
+        .await
+        .unwrap();
+    let again = queue
+        .lease_in_sessions("s", 10, 60_000, Some(&probe))
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].delivery_id, head[0].delivery_id);
+    assert_eq!(again[0].inbox_processed, Some(true));
+}
+
+async fn lease_checks_the_same_keys_the_store_records(
+    queue: &dyn wharf_host::queue::QueueStore,
+    inbox: &dyn InboxStore,
+) {
+    use wharf_host::queue::{InboxProbe, NewMessage};
     for n in 0..4 {
         queue
             .enqueue(
@@ -475,4 +538,95 @@ async fn postgres_queue_and_inbox() -> (wharf_host::queue::PostgresStore, Postgr
         .await
         .unwrap();
     (queue, inbox, schema)
+}
+
+/// The index names and whether each is unique, of SQLite table `table`.
+async fn sqlite_indexes(pool: &sqlx::SqlitePool, table: &str) -> Vec<(String, bool)> {
+    let mut indexes: Vec<(String, bool)> =
+        sqlx::query_as("SELECT name, \"unique\" FROM pragma_index_list(?1)")
+            .bind(table)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    indexes.sort();
+    indexes
+}
+
+/// A new SQLite inbox table keeps its rows in insertion order with the key unique in an index
+/// of its own; a table made with the earlier layout (keyed by the hash, `WITHOUT ROWID`) keeps
+/// working as it is and gets no second index on the key.
+#[tokio::test]
+async fn sqlite_inbox_tables_of_either_layout_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
+    let pool = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc"))
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TABLE older (id_hash BLOB PRIMARY KEY, endpoint TEXT NOT NULL,
+             message_id TEXT NOT NULL, created_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL)
+         WITHOUT ROWID",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let newer = SqliteInbox::open(&url, "newer", true).await.unwrap();
+    let older = SqliteInbox::open(&url, "older", true).await.unwrap();
+
+    for store in [&newer, &older] {
+        let (a, b, c) = (
+            key("billing", "A"),
+            key("billing", "B"),
+            key("billing", "C"),
+        );
+        store
+            .record_many(&[a.clone(), b.clone()], WEEK)
+            .await
+            .unwrap();
+        // Recording a key again is a no-op, not a constraint error.
+        store
+            .record_many(&[b.clone(), a.clone()], WEEK)
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .check_many(&[c.clone(), a.clone(), b.clone()])
+                .await
+                .unwrap(),
+            vec![false, true, true]
+        );
+        store.record(&c, -1).await.unwrap();
+        assert!(!store.is_processed(&c).await.unwrap(), "expired on record");
+        assert_eq!(
+            store
+                .purge_expired("billing", now_ms() + 1, 10)
+                .await
+                .unwrap(),
+            3
+        );
+        assert_eq!(store.check_many(&[a, b]).await.unwrap(), vec![false, false]);
+    }
+
+    assert_eq!(
+        sqlite_indexes(&pool, "newer").await,
+        vec![
+            ("newer_created".to_string(), false),
+            ("newer_hash".to_string(), true)
+        ]
+    );
+    let older_indexes = sqlite_indexes(&pool, "older").await;
+    assert!(
+        older_indexes.iter().all(|(name, _)| name != "older_hash"),
+        "{older_indexes:?}"
+    );
+    // Each key is stored once in the new layout, in insertion order.
+    newer
+        .record_many(&[key("billing", "Z"), key("billing", "Y")], WEEK)
+        .await
+        .unwrap();
+    let ids: Vec<String> = sqlx::query_scalar("SELECT message_id FROM newer ORDER BY rowid")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(ids, ["Z", "Y"]);
 }

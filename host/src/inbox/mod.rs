@@ -12,7 +12,6 @@ mod sql;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sha2::{Digest, Sha256};
 
 pub use cleanup::run_cleanup;
 pub use memory::MemoryInbox;
@@ -76,15 +75,10 @@ impl InboxKey {
         if message_id.chars().count() > MAX_MESSAGE_ID {
             return Err(Unusable::LongId);
         }
-        let mut hasher = Sha256::new();
-        for part in [endpoint, message_id] {
-            hasher.update((part.len() as u64).to_be_bytes());
-            hasher.update(part.as_bytes());
-        }
         Ok(InboxKey {
             endpoint: endpoint.to_string(),
             message_id: message_id.to_string(),
-            hash: hasher.finalize().into(),
+            hash: crate::queue::inbox_hash(endpoint.as_bytes(), message_id.as_bytes()),
         })
     }
 }

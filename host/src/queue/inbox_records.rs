@@ -5,9 +5,22 @@
 
 use std::sync::Arc;
 
+use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, PgConnection, SqliteConnection};
 
 use super::{Settlement, now_ms};
+
+/// The inbox key's hash of (`endpoint`, `message_id`): SHA-256 over each part's byte length
+/// (8 bytes, big-endian) followed by its bytes, so ("ab", "c") and ("a", "bc") differ. The
+/// same bytes as PostgreSQL's lease statement computes in SQL and SQLite's `wharf_inbox_key`.
+pub fn inbox_hash(endpoint: &[u8], message_id: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for part in [endpoint, message_id] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    hasher.finalize().into()
+}
 
 /// One inbox record: the key's hash, with the endpoint and MessageId it was made from.
 #[derive(Debug, Clone, PartialEq, Eq)]

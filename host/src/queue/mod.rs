@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
 pub(crate) use inbox_records::inbox_writes;
-pub use inbox_records::{InboxRow, InboxWrite, record_postgres, record_sqlite};
+pub use inbox_records::{InboxRow, InboxWrite, inbox_hash, record_postgres, record_sqlite};
 pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
 pub use postgres::{PostgresStore, VACUUM_AFTER_LEASES};

@@ -5,6 +5,7 @@
 mod checkpoint;
 mod engine;
 mod enqueue;
+mod inbox_key;
 mod manage;
 mod migrate;
 mod sessions;
@@ -61,6 +62,8 @@ impl SqliteStore {
         );
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
+            // The writer's leases check the inbox with `wharf_inbox_key`.
+            .after_connect(|conn, _| Box::pin(inbox_key::register(conn)))
             .connect_with(writer)
             .await?;
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
@@ -82,6 +85,44 @@ impl SqliteStore {
             readers,
             _checkpointer: checkpointer,
         })
+    }
+
+    /// Lease session heads (`sessions`) or any ready messages, checking each delivery against
+    /// the inbox table of `inbox` when given (see
+    /// [`crate::queue::QueueStore::lease_checking_inbox`] and
+    /// [`crate::queue::QueueStore::lease_in_sessions`]).
+    async fn lease_now(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+        inbox: Option<&super::InboxProbe>,
+        sessions: bool,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
+        let now = now_ms();
+        let rows = match inbox {
+            Some(probe) => {
+                let sql = lease_checking_inbox(&probe.table, sessions);
+                sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(now + lease_ms)
+                    .bind(now)
+                    .bind(queue)
+                    .bind(max as i64)
+                    .bind(&probe.endpoint)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+            None => {
+                sqlx::query(lease(sessions))
+                    .bind(now + lease_ms)
+                    .bind(now)
+                    .bind(queue)
+                    .bind(max as i64)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+        };
+        Ok(leased_in_order!(rows))
     }
 
     /// The connections reads go through.
@@ -155,15 +196,22 @@ impl QueueStore for SqliteStore {
         max: u32,
         lease_ms: i64,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
-        let now = now_ms();
-        let rows = sqlx::query(lease(false))
-            .bind(now + lease_ms)
-            .bind(now)
-            .bind(queue)
-            .bind(max as i64)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(leased_in_order!(rows))
+        self.lease_now(queue, max, lease_ms, None, false).await
+    }
+
+    fn leases_check_inbox(&self) -> bool {
+        true
+    }
+
+    async fn lease_checking_inbox(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+        inbox: &super::InboxProbe,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
+        self.lease_now(queue, max, lease_ms, Some(inbox), false)
+            .await
     }
 
     async fn lease_in_sessions(
@@ -173,7 +221,7 @@ impl QueueStore for SqliteStore {
         lease_ms: i64,
         inbox: Option<&super::InboxProbe>,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
-        self.lease_heads(queue, max, lease_ms, inbox).await
+        self.lease_now(queue, max, lease_ms, inbox, true).await
     }
 
     async fn tend_sessions(&self, queue: &str) -> Result<(), QueueError> {

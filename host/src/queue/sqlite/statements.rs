@@ -33,12 +33,12 @@ UPDATE messages SET delivery_id = ?1, payload = ?2, payload_hash = ?3, headers =
 WHERE key = ?9";
 
 /// Lease up to `?4` ready messages of queue `?3` (`?2` now, until `?1`); `guard` adds a
-/// condition on each candidate row (`messages`).
+/// condition on each candidate row (`messages`), `returning` columns to the rows returned.
 ///
 /// The limit is an expression, not a bare parameter: SQLite plans a bare `LIMIT ?` with its
 /// bound value as a constant, so binding it — on every lease, even to the same value — made
 /// SQLite parse and plan the whole statement again.
-fn lease_with(guard: &str) -> String {
+fn lease_with(guard: &str, returning: &str) -> String {
     format!(
         "
 UPDATE messages
@@ -50,13 +50,16 @@ WHERE key IN (
     ORDER BY priority DESC, process_at_ms, key
     LIMIT CAST(?4 AS INTEGER))
 RETURNING key, queue, message_id, delivery_id, payload, headers, priority, attempts,
-          lease_token, enqueued_at_ms, process_at_ms, source_delivery_id, session_key"
+          lease_token, enqueued_at_ms, process_at_ms, source_delivery_id, session_key{returning}"
     )
 }
 
-static LEASE: LazyLock<String> = LazyLock::new(|| lease_with(""));
-static LEASE_IN_SESSIONS: LazyLock<String> =
-    LazyLock::new(|| lease_with(&format!("AND {}", sessions::head_guard())));
+static LEASE: LazyLock<String> = LazyLock::new(|| lease_with("", ""));
+static LEASE_IN_SESSIONS: LazyLock<String> = LazyLock::new(|| lease_with(&session_heads(), ""));
+
+fn session_heads() -> String {
+    format!("AND {}", sessions::head_guard())
+}
 
 /// The lease statement: plain, or leasing only the heads of sessions.
 pub(super) fn lease(sessions: bool) -> &'static str {
@@ -65,6 +68,25 @@ pub(super) fn lease(sessions: bool) -> &'static str {
     } else {
         LEASE.as_str()
     }
+}
+
+/// [`lease`] with each delivery checked against the inbox table `{inbox_table}` (endpoint
+/// `?5`) in the same statement, on the key `wharf_inbox_key` computes (see [`super::inbox_key`]).
+pub(super) fn lease_checking_inbox(inbox_table: &str, sessions: bool) -> String {
+    let guard = if sessions {
+        session_heads()
+    } else {
+        String::new()
+    };
+    lease_with(
+        &guard,
+        &format!(
+            ",
+          EXISTS (SELECT 1 FROM {inbox_table} i
+                  WHERE i.id_hash = {key}(?5, delivery_id) AND i.expires_at_ms > ?2) AS inbox_processed",
+            key = super::inbox_key::FUNCTION
+        ),
+    )
 }
 
 /// Complete the leases of the JSON array `?2` (`[[key, token, outcome], …]`) kept as
