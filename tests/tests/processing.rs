@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::{NewMessage, Status};
-use wharf_tests::{Lang, TestDir, messages, msg, wait_for, wait_status};
+use wharf_tests::{Lang, TestDir, count, messages, msg, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -277,5 +277,45 @@ async fn enqueue_rejects_unknown_queue_and_invalid_json() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not valid JSON"), "{err}");
+    host.shutdown().await;
+}
+
+/// A queue whose handler proved fast leases its next batch while the current one runs, up to
+/// its whole `batch` beyond what runs. With `concurrency = 1` a message is `processing` while
+/// it runs (1), while its outcome waits for its write (at most 4 per unit of concurrency) and
+/// while it waits leased ahead: more than those 5 and one read ahead of a single message,
+/// never more than 5 + `batch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fast_queue_leases_its_whole_batch_ahead_of_its_concurrency() {
+    const BATCH: u64 = 40;
+    const RUNNING_AND_SETTLING: u64 = 5;
+    let dir = TestDir::new();
+    dir.deploy("noop", "noop");
+    let host = dir
+        .start(&format!(
+            "[queues.bulk]\nhandler = \"noop\"\nconcurrency = 1\nbatch = {BATCH}\n"
+        ))
+        .await;
+    for chunk in 0..10 {
+        let messages = (0..1_000)
+            .map(|n| msg(json!({ "n": chunk * 1_000 + n })))
+            .collect();
+        host.router.enqueue_many("bulk", messages).await.unwrap();
+    }
+    // Sampled while the backlog drains: leased at once, the running one included.
+    let ahead = wharf_tests::poll_until(T, || async {
+        let processing = count(&host, "bulk", Status::Processing).await;
+        assert!(
+            processing <= RUNNING_AND_SETTLING + BATCH,
+            "{processing} leased at once with concurrency 1 and batch {BATCH}"
+        );
+        (processing > RUNNING_AND_SETTLING + 2).then_some(processing)
+    })
+    .await;
+    assert!(
+        ahead.is_some(),
+        "never more than {} leased at once: the queue did not read its batch ahead",
+        RUNNING_AND_SETTLING + 2
+    );
     host.shutdown().await;
 }

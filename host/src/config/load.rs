@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(c.host.handlers_dir, Path::new("/etc/wharf/handlers"));
         assert_eq!(c.storage.url, "sqlite:///etc/wharf/wharf.db");
         let q = &c.queues["orders"];
-        assert_eq!((q.concurrency, q.batch, q.max_attempts), (64, 64, 5));
+        assert_eq!((q.concurrency, q.batch, q.max_attempts), (64, 256, 5));
         assert_eq!(q.timeout, std::time::Duration::from_secs(10));
     }
 

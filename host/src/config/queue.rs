@@ -51,7 +51,8 @@ pub struct QueueConfig {
         deserialize_with = "duration::deserialize"
     )]
     pub max_backoff: Duration,
-    /// Messages leased per round trip to the store.
+    /// Most messages leased per round trip to the store: at most the free concurrency, but up
+    /// to this many ahead of it while the handlers are fast.
     #[serde(default = "QueueConfig::default_batch")]
     pub batch: u32,
     /// The largest payload an enqueue may carry (default 1 MiB); larger ones are refused,
@@ -133,7 +134,7 @@ impl QueueConfig {
         Duration::from_secs(300)
     }
     fn default_batch() -> u32 {
-        64
+        256
     }
 
     fn default_max_payload() -> ByteSize {

@@ -175,7 +175,11 @@ impl Pipeline {
     /// Run over `source` until `shutdown`, then drain within `grace`.
     pub async fn run<S: Source>(self, source: S, shutdown: CancellationToken, grace: Duration) {
         let concurrency = self.config.concurrency as usize;
+        // A read for free slots takes at most what is free; a read ahead takes up to `batch`,
+        // which may be more than the concurrency: the fewer round trips (and, on SQLite,
+        // commits) per message, the faster a fast queue drains.
         let batch = (self.config.batch as usize).min(concurrency).max(1);
+        let read_ahead = self.config.batch.max(1);
         let shared = Arc::new(Shared {
             pipeline: self,
             source,
@@ -294,7 +298,7 @@ impl Pipeline {
                 shared.source.release(stale).await;
             }
             // While this batch runs, the next one is received.
-            ahead.read_next(&shared, batch as u32, !last_short);
+            ahead.read_next(&shared, read_ahead, !last_short);
             for (ready, permit) in run.into_iter().zip(permits.drain(..)) {
                 seq += 1;
                 shared
