@@ -59,8 +59,8 @@ fn bench(c: &mut Criterion) {
     ];
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::empty(dir.path().join("wharf.toml"));
-    // Kept between runs: compiling the JavaScript and Python guests cold takes about half a
-    // minute here, which none of the rows measures.
+    // Kept between runs: compiling the JavaScript and Python guests cold takes seconds (8 s
+    // on a fast day here, more on a slow one), which none of the rows measures.
     config.host.cache_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wharf-bench-invoke-cache");
     let registry = HandlerRegistry::new(Arc::new(config)).unwrap();
     let handlers = dir.path().join("handlers");
