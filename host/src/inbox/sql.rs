@@ -62,23 +62,29 @@ impl SqliteInbox {
             .connect_with(options)
             .await?;
         if auto_create {
+            // One transaction: no connection may load the schema between the table and its
+            // key index. SQLite prepares a statement against the schema it last loaded, and
+            // an upsert prepared on a table without the index fails ("ON CONFLICT clause does
+            // not match") instead of loading the schema again.
             let [create, unique_hash, by_endpoint] = sqlite_layout(table);
-            sqlx::query(AssertSqlSafe(create)).execute(&pool).await?;
+            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+            sqlx::query(AssertSqlSafe(create)).execute(&mut *tx).await?;
             // A table of the older layout has its key as its primary key already.
             let keyed_by_hash: bool = sqlx::query_scalar(
                 "SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) WHERE origin = 'pk')",
             )
             .bind(table)
-            .fetch_one(&pool)
+            .fetch_one(&mut *tx)
             .await?;
             if !keyed_by_hash {
                 sqlx::query(AssertSqlSafe(unique_hash))
-                    .execute(&pool)
+                    .execute(&mut *tx)
                     .await?;
             }
             sqlx::query(AssertSqlSafe(by_endpoint))
-                .execute(&pool)
+                .execute(&mut *tx)
                 .await?;
+            tx.commit().await?;
         } else if sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {table} LIMIT 0")))
             .execute(&pool)
             .await
