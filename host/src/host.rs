@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use async_trait::async_trait;
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, HealthCheck, HealthRegistry};
@@ -67,7 +68,19 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
 }
 
 /// Start a host for `config` with some parts replaced.
-pub async fn start_with(config: Config, options: StartOptions) -> anyhow::Result<RunningHost> {
+///
+/// The start-up is boxed here, so its code (and everything the host spawns) is compiled once,
+/// in this crate: an optimised build does not share an async function's code with the crates
+/// that await it, so every test and benchmark binary compiled the whole host again.
+#[inline(never)]
+pub fn start_with(
+    config: Config,
+    options: StartOptions,
+) -> BoxFuture<'static, anyhow::Result<RunningHost>> {
+    Box::pin(assemble(config, options))
+}
+
+async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<RunningHost> {
     if let Some(reason) = config.admin.refusal(config.host.admin_listen) {
         anyhow::bail!("{}: admin.token: {reason}", config.source.display());
     }
@@ -314,7 +327,13 @@ impl RunningHost {
     }
 
     /// Wait until the host has stopped (after its shutdown token was cancelled).
-    pub async fn wait(self) {
+    /// (Boxed here for the reason [`start_with`] is.)
+    #[inline(never)]
+    pub fn wait(self) -> BoxFuture<'static, ()> {
+        Box::pin(self.stop())
+    }
+
+    async fn stop(self) {
         self.shutdown.cancelled().await;
         for worker in self.workers {
             let _ = worker.await;
