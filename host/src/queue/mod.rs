@@ -282,8 +282,17 @@ pub trait QueueStore: Send + Sync + 'static {
 pub type WakeFn = std::sync::Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 /// Open the store a storage URL names (`sqlite://…` or `postgres://…`), creating and
-/// migrating its schema.
-pub async fn open(
+/// migrating its schema. (Boxed here for the reason [`crate::start_with`] is.)
+#[inline(never)]
+pub fn open<'a>(
+    url: &'a str,
+    schema: Option<&'a str>,
+    max_connections: u32,
+) -> futures_util::future::BoxFuture<'a, Result<std::sync::Arc<dyn QueueStore>, QueueError>> {
+    Box::pin(open_store(url, schema, max_connections))
+}
+
+async fn open_store(
     url: &str,
     schema: Option<&str>,
     max_connections: u32,

@@ -8,7 +8,7 @@
 //! turn between the lease and the guests, and started from a page cache that SQLite empties
 //! whenever another connection has committed.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
 
 use libsqlite3_sys as ffi;
 use sqlx::SqliteConnection;
@@ -16,7 +16,12 @@ use sqlx::SqliteConnection;
 use crate::queue::inbox_hash;
 
 /// The function's name, as SQL calls it.
-pub(super) const FUNCTION: &str = "wharf_inbox_key";
+const FUNCTION: &CStr = c"wharf_inbox_key";
+
+/// [`FUNCTION`] as statement text.
+pub(super) fn name() -> &'static str {
+    FUNCTION.to_str().expect("the function's name is ASCII")
+}
 
 /// Make `wharf_inbox_key` callable on `conn`.
 pub(super) async fn register(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
@@ -27,7 +32,7 @@ pub(super) async fn register(conn: &mut SqliteConnection) -> Result<(), sqlx::Er
     let rc = unsafe {
         ffi::sqlite3_create_function_v2(
             db,
-            c"wharf_inbox_key".as_ptr(),
+            FUNCTION.as_ptr(),
             2,
             ffi::SQLITE_UTF8 | ffi::SQLITE_DETERMINISTIC | ffi::SQLITE_INNOCUOUS,
             std::ptr::null_mut(),
@@ -41,7 +46,8 @@ pub(super) async fn register(conn: &mut SqliteConnection) -> Result<(), sqlx::Er
         Ok(())
     } else {
         Err(sqlx::Error::Protocol(format!(
-            "could not define the SQLite function {FUNCTION} (result code {rc})"
+            "could not define the SQLite function {} (result code {rc})",
+            name()
         )))
     }
 }

@@ -84,7 +84,7 @@ pub(super) fn lease_checking_inbox(inbox_table: &str, sessions: bool) -> String 
             ",
           EXISTS (SELECT 1 FROM {inbox_table} i
                   WHERE i.id_hash = {key}(?5, delivery_id) AND i.expires_at_ms > ?2) AS inbox_processed",
-            key = super::inbox_key::FUNCTION
+            key = super::inbox_key::name()
         ),
     )
 }
