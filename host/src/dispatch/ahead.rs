@@ -1,9 +1,11 @@
 //! Reading ahead: while a busy queue's batch runs, the next batch is received (and checked
 //! against the consumer inbox) in the background, so the handlers do not wait for the
 //! store's round trip between batches. At most one read is under way, and a new one starts
-//! only once every message received before it has a slot. A read ahead takes up to the
-//! queue's whole `batch`, even beyond its concurrency: with fast handlers, fewer and larger
-//! round trips (and on SQLite, fewer commits) drain a backlog faster.
+//! once at most half a batch (or one round of slots, if more) still waits for a slot, so the
+//! read is back before the slots run dry. A read ahead takes up to the queue's whole `batch`,
+//! even beyond its concurrency: with fast handlers, fewer and larger round trips (and on
+//! SQLite, fewer commits) drain a backlog faster. So a queue holds at most its concurrency
+//! running, [`refill_level`] waiting and one `batch` being read.
 //!
 //! A message received ahead waits for a free slot while its lease runs. It waits at most
 //! [`ReadAhead::hold_limit`] (half of what the lease leaves beyond the handler's timeout);
@@ -61,6 +63,16 @@ pub(crate) struct ReadAhead<H> {
     reading: Option<JoinHandle<Read<H>>>,
     /// Longest a message may wait for a slot; `None` when the source does not read ahead.
     hold_limit: Option<Duration>,
+    /// The next read starts once no more than this many messages wait for a slot.
+    refill_at: usize,
+}
+
+/// How many messages may still wait for a slot when the next read starts: half a `batch`,
+/// or one round of `concurrency` slots if that is more. The read (a store round trip, on
+/// SQLite queued behind the settlements) then comes back while those still run, instead of
+/// after the slots ran dry.
+pub(crate) fn refill_level(batch: usize, concurrency: usize) -> usize {
+    (batch / 2).max(concurrency)
 }
 
 impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
@@ -72,7 +84,15 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
             reading: None,
             // A lease that leaves almost nothing beyond the timeout leaves no time to wait.
             hold_limit: (reads_ahead && hold_limit >= MIN_HOLD).then_some(hold_limit),
+            refill_at: 0,
         }
+    }
+
+    /// Start the next read once no more than `waiting` messages wait for a slot (none by
+    /// default).
+    pub(crate) fn reading_when_held(mut self, waiting: usize) -> Self {
+        self.refill_at = waiting;
+        self
     }
 
     /// Whether messages are waiting for a slot.
@@ -109,10 +129,14 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
     }
 
     /// Whether to read the next batch now: this queue reads ahead, has a backlog (`more`),
-    /// its handlers are `fast`, no read is under way and every message received so far has
-    /// a slot.
+    /// its handlers are `fast`, no read is under way and no more messages wait for a slot
+    /// than [`Self::reading_when_held`] allows.
     fn should_read(&self, more: bool, fast: bool) -> bool {
-        self.hold_limit.is_some() && more && fast && self.reading.is_none() && self.held.is_empty()
+        self.hold_limit.is_some()
+            && more
+            && fast
+            && self.reading.is_none()
+            && self.held.len() <= self.refill_at
     }
 
     /// Start reading the next `batch` in the background when [`Self::should_read`].
@@ -254,6 +278,14 @@ mod tests {
     }
 
     #[test]
+    fn the_next_read_starts_with_half_a_batch_or_a_round_of_slots_still_waiting() {
+        assert_eq!(refill_level(256, 64), 128);
+        assert_eq!(refill_level(40, 1), 20);
+        assert_eq!(refill_level(32, 64), 64);
+        assert_eq!(refill_level(1, 1), 1);
+    }
+
+    #[test]
     fn only_a_queue_with_fast_handlers_and_a_backlog_reads_ahead() {
         let calls = CallTime::default();
         assert!(!calls.fast(), "no call yet: not known to be fast");
@@ -270,6 +302,11 @@ mod tests {
         assert!(!ahead.should_read(true, false), "slow handlers");
         ahead.hold(vec![ready(1, Duration::ZERO)]);
         assert!(!ahead.should_read(true, true), "a message still waits");
+        let mut early = ReadAhead::<u32>::new(true, LEASE, TIMEOUT).reading_when_held(2);
+        early.hold(vec![ready(1, Duration::ZERO), ready(2, Duration::ZERO)]);
+        assert!(early.should_read(true, true), "two may still wait");
+        early.hold(vec![ready(3, Duration::ZERO)]);
+        assert!(!early.should_read(true, true), "three wait");
         let off = ReadAhead::<u32>::new(false, LEASE, TIMEOUT);
         assert!(
             !off.should_read(true, true),
