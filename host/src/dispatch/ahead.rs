@@ -76,23 +76,23 @@ pub(crate) fn refill_level(batch: usize, concurrency: usize) -> usize {
 }
 
 impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
-    /// Reading ahead for a queue whose source `reads_ahead`, with `lease` and handler `timeout`.
-    pub(crate) fn new(reads_ahead: bool, lease: Duration, timeout: Duration) -> Self {
+    /// Reading ahead for a queue whose source `reads_ahead`, with `lease` and handler
+    /// `timeout`; the next read starts once no more than `refill_at` messages wait for a slot
+    /// ([`refill_level`]).
+    pub(crate) fn new(
+        reads_ahead: bool,
+        lease: Duration,
+        timeout: Duration,
+        refill_at: usize,
+    ) -> Self {
         let hold_limit = lease.saturating_sub(timeout) / 2;
         ReadAhead {
             held: VecDeque::new(),
             reading: None,
             // A lease that leaves almost nothing beyond the timeout leaves no time to wait.
             hold_limit: (reads_ahead && hold_limit >= MIN_HOLD).then_some(hold_limit),
-            refill_at: 0,
+            refill_at,
         }
-    }
-
-    /// Start the next read once no more than `waiting` messages wait for a slot (none by
-    /// default).
-    pub(crate) fn reading_when_held(mut self, waiting: usize) -> Self {
-        self.refill_at = waiting;
-        self
     }
 
     /// Whether messages are waiting for a slot.
@@ -130,7 +130,7 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
 
     /// Whether to read the next batch now: this queue reads ahead, has a backlog (`more`),
     /// its handlers are `fast`, no read is under way and no more messages wait for a slot
-    /// than [`Self::reading_when_held`] allows.
+    /// than `refill_at`.
     fn should_read(&self, more: bool, fast: bool) -> bool {
         self.hold_limit.is_some()
             && more
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn held_messages_run_oldest_first_as_slots_free_and_the_stale_are_handed_back() {
-        let mut ahead = ReadAhead::new(true, LEASE, TIMEOUT);
+        let mut ahead = ReadAhead::new(true, LEASE, TIMEOUT, 0);
         // Half of what the 30 s lease leaves beyond the 10 s timeout: 10 s.
         let over = Duration::from_secs(11);
         ahead.hold(vec![
@@ -268,12 +268,12 @@ mod tests {
 
     #[test]
     fn a_source_that_does_not_read_ahead_never_hands_back_for_waiting() {
-        let mut ahead = ReadAhead::new(false, LEASE, TIMEOUT);
+        let mut ahead = ReadAhead::new(false, LEASE, TIMEOUT, 0);
         ahead.hold(vec![ready(1, Duration::from_secs(60))]);
         let (run, stale) = ahead.take(1);
         assert_eq!((handles(&run), stale), (vec![1], vec![]));
         // Nor does a lease that leaves less than a second beyond the timeout.
-        let tight = ReadAhead::<u32>::new(true, Duration::from_millis(10_500), TIMEOUT);
+        let tight = ReadAhead::<u32>::new(true, Duration::from_millis(10_500), TIMEOUT, 0);
         assert!(tight.hold_limit.is_none());
     }
 
@@ -296,18 +296,18 @@ mod tests {
         }
         assert!(!calls.fast(), "handlers that became slow stop it");
 
-        let mut ahead = ReadAhead::<u32>::new(true, LEASE, TIMEOUT);
+        let mut ahead = ReadAhead::<u32>::new(true, LEASE, TIMEOUT, 0);
         assert!(ahead.should_read(true, true));
         assert!(!ahead.should_read(false, true), "no backlog");
         assert!(!ahead.should_read(true, false), "slow handlers");
         ahead.hold(vec![ready(1, Duration::ZERO)]);
         assert!(!ahead.should_read(true, true), "a message still waits");
-        let mut early = ReadAhead::<u32>::new(true, LEASE, TIMEOUT).reading_when_held(2);
+        let mut early = ReadAhead::<u32>::new(true, LEASE, TIMEOUT, 2);
         early.hold(vec![ready(1, Duration::ZERO), ready(2, Duration::ZERO)]);
         assert!(early.should_read(true, true), "two may still wait");
         early.hold(vec![ready(3, Duration::ZERO)]);
         assert!(!early.should_read(true, true), "three wait");
-        let off = ReadAhead::<u32>::new(false, LEASE, TIMEOUT);
+        let off = ReadAhead::<u32>::new(false, LEASE, TIMEOUT, 0);
         assert!(
             !off.should_read(true, true),
             "the source does not read ahead"

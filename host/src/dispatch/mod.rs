@@ -203,8 +203,8 @@ impl Pipeline {
             shared.source.reads_ahead(),
             p.config.lease,
             p.config.timeout,
-        )
-        .reading_when_held(ahead::refill_level(read_ahead as usize, concurrency));
+            ahead::refill_level(read_ahead as usize, concurrency),
+        );
 
         loop {
             while tasks.try_join_next().is_some() {}
