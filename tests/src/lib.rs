@@ -393,6 +393,11 @@ pub fn spawn_wharf(dir: &Path) -> WharfProcess {
 pub struct WharfProcess(std::process::Child);
 
 impl WharfProcess {
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
     /// SIGKILL it (a crash) and reap it.
     pub fn kill(&mut self) {
         let _ = self.0.kill();

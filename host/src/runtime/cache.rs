@@ -92,8 +92,10 @@ impl ComponentCache {
 }
 
 /// Hand the compiler's freed working memory back to the system. Compiling a 12–18 MB
-/// component (an interpreter) allocates hundreds of MB that the C allocator would otherwise
-/// keep for the life of the process.
+/// component (an interpreter) allocates hundreds of MB that the system allocator would
+/// otherwise keep for the life of the process. (The `wharf` binary allocates with jemalloc,
+/// which purges by itself; this still trims what C code allocated, and serves programs that
+/// embed the host with the system allocator.)
 fn release_compiler_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` only returns free heap pages to the kernel.
