@@ -21,6 +21,9 @@ use wharf_host::{Config, RunningHost};
 
 use common::database_url;
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 const STORED: u64 = 1_000_000;
 /// Messages per timed drain. Sized so each drain lasts about 1.5–2.5 s (12–17k msg/s) and the
 /// bench about 1:20 min, most of it storing the 1M rows; at 50k it took about 1:50 min. The

@@ -34,6 +34,9 @@ use wharf_host::Config;
 use wharf_host::external::kafka::{KafkaProvider, KafkaSettings};
 use wharf_host::external::{Envelope, Provider, PublishOptions};
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 const MESSAGES: u64 = 100_000;
 const CHUNK: u64 = 1000;
 const PARTITIONS: i32 = 6;

@@ -16,6 +16,9 @@ use wharf_host::enqueue::Enqueuer;
 use wharf_host::external::redis::Keys;
 use wharf_host::queue::NewMessage;
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 fn main() {
     if common::filtered_out("latency redis external") {
         return;

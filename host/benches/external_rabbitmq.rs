@@ -50,6 +50,9 @@ use wharf_host::Config;
 use wharf_host::external::rabbitmq::{RabbitProvider, RabbitSettings};
 use wharf_host::external::{Envelope, Provider, PublishOptions};
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 /// Messages per run. Sized so the bench (2 rounds × 2 setups × 3 runs, each publishing its
 /// own backlog first, untimed) takes about 1:15 min here instead of 4:20 at 100k: every run
 /// still consumes for about 1.3–4 s (the pipelined raw loop at 15–20k msg/s, the others at

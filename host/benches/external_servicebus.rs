@@ -22,6 +22,9 @@ use wharf_host::external::servicebus::{ServiceBusProvider, ServiceBusSettings};
 use wharf_host::external::{Envelope, Provider, PublishOptions};
 use wharf_servicebus_contract::ContractServer;
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 const MESSAGES: u64 = 20_000;
 const CHUNK: u64 = 500;
 const KEY_NAME: &str = "RootManageSharedAccessKey";

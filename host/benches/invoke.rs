@@ -23,6 +23,9 @@ use wharf_host::enqueue::{EnqueueError, Enqueuer};
 use wharf_host::queue::{EnqueueStatus, Enqueued, NewMessage};
 use wharf_host::runtime::{HandlerRegistry, Message, Outcome, invoke};
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 /// Accepts every follow-up without storing it: the rows measure the guest, not a store.
 struct Accept;
 

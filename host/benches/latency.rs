@@ -9,6 +9,9 @@ use wharf_host::Config;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::{MessageFilter, NewMessage, Status};
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter that does not name this bench skips it.
     let args: Vec<String> = std::env::args()

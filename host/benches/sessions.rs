@@ -16,6 +16,9 @@ use wharf_host::queue::NewMessage;
 
 use common::{PROCESSED, database_url, median};
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 /// Sessions per run unless `WHARF_BENCH_SESSIONS` says otherwise. At 3,000 (30,000 messages,
 /// drains of 1–3 s) the queue without sessions drained much faster than at 10,000 and the
 /// ratio fell from 77 % to 45–60 %: too short a drain for a steady state, so 10,000 it is.

@@ -23,6 +23,9 @@ use wharf_host::Config;
 
 use common::{PROCESSED, database_url, median};
 
+// The allocator the `wharf` binary runs on, so the figures are what it does.
+wharf_host::use_jemalloc!();
+
 /// Messages per run unless `WHARF_BENCH_MESSAGES` says otherwise: the backlog the README's
 /// table and the project's throughput goals are stated for (a smaller backlog drains faster,
 /// as the SQL stores' lease scans and indexes are smaller).

@@ -4,6 +4,7 @@
 //! exporting `handle` from the `wharf:handler/handler` world (see `wit/handler.wit`).
 
 pub mod admin;
+pub mod allocator;
 pub mod cli;
 pub mod clock;
 pub mod config;
