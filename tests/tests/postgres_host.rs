@@ -262,9 +262,9 @@ async fn the_store_vacuums_its_table_once_enough_messages_were_leased() {
     .await;
 }
 
-/// Handlers go on while outcomes wait for their write: with `concurrency = 1`, up to four
+/// Handlers go on while outcomes wait for their write: with `concurrency = 1`, up to eight
 /// outcomes may wait, so while the first write is held up (the inbox table it records into is
-/// locked) five handlers finish — the one whose outcome is written, three waiting behind it and
+/// locked) nine handlers finish — the one whose outcome is written, seven waiting behind it and
 /// one holding the processing slot — and nothing is lost when the write goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_go_on_while_outcomes_wait_for_their_write() {
@@ -287,7 +287,7 @@ async fn handlers_go_on_while_outcomes_wait_for_their_write() {
     )))
     .await
     .unwrap();
-    let messages: Vec<NewMessage> = (0..10).map(|n| msg(json!({ "n": n }))).collect();
+    let messages: Vec<NewMessage> = (0..12).map(|n| msg(json!({ "n": n }))).collect();
     host.store
         .enqueue_many("work", messages, false)
         .await
@@ -296,8 +296,8 @@ async fn handlers_go_on_while_outcomes_wait_for_their_write() {
     let processed = r#"wharf_messages_total{queue="work",outcome="processed"}"#;
     wait_for(
         T,
-        "five handlers finished while the first write waits",
-        || async { (scrape(&host).await.get(processed).copied() == Some(5.0)).then_some(()) },
+        "nine handlers finished while the first write waits",
+        || async { (scrape(&host).await.get(processed).copied() == Some(9.0)).then_some(()) },
     )
     .await;
     assert_eq!(count(&host, "work", Status::Processed).await, 0);
@@ -305,9 +305,9 @@ async fn handlers_go_on_while_outcomes_wait_for_their_write() {
     wait_for(
         T,
         "every message processed once the write went through",
-        || async { (count(&host, "work", Status::Processed).await == 10).then_some(()) },
+        || async { (count(&host, "work", Status::Processed).await == 12).then_some(()) },
     )
     .await;
-    assert_eq!(scrape(&host).await.get(processed).copied(), Some(10.0));
+    assert_eq!(scrape(&host).await.get(processed).copied(), Some(12.0));
     host.shutdown().await;
 }

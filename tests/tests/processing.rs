@@ -282,13 +282,13 @@ async fn enqueue_rejects_unknown_queue_and_invalid_json() {
 
 /// A queue whose handler proved fast leases its next batch while the current one runs, up to
 /// its whole `batch` beyond what runs. With `concurrency = 1` a message is `processing` while
-/// it runs (1), while its outcome waits for its write (at most 4 per unit of concurrency) and
+/// it runs (1), while its outcome waits for its write (at most 8 per unit of concurrency) and
 /// while it waits leased ahead. The next batch is read once at most half a batch still waits
-/// for the slot: so at times more than 5 + `batch`, never more than 5 + `batch` × 1.5.
+/// for the slot: so at times more than 9 + `batch`, never more than 9 + `batch` × 1.5.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fast_queue_leases_its_whole_batch_ahead_of_its_concurrency() {
     const BATCH: u64 = 40;
-    const RUNNING_AND_SETTLING: u64 = 5;
+    const RUNNING_AND_SETTLING: u64 = 9;
     let dir = TestDir::new();
     dir.deploy("noop", "noop");
     let host = dir
