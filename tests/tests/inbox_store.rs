@@ -630,3 +630,44 @@ async fn sqlite_inbox_tables_of_either_layout_work() {
         .unwrap();
     assert_eq!(ids, ["Z", "Y"]);
 }
+
+/// A SQLite write with keys of several endpoints, interleaved and with ids that JSON must
+/// escape: every row holds the hash of its own (endpoint, MessageId), next to them.
+#[tokio::test]
+async fn sqlite_records_each_hash_next_to_its_own_endpoint_and_id() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.db");
+    let store = SqliteInbox::open(&format!("sqlite://{}", path.display()), "wharf_inbox", true)
+        .await
+        .unwrap();
+    let ids = ["m-1", "quote \" and \\ back", "ünïcode ✓", "", "m-1 "];
+    let mut recorded: Vec<(String, String)> = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        for endpoint in ["billing", "shipping"] {
+            recorded.push((endpoint.to_string(), format!("{id}{n}")));
+        }
+    }
+    let keys: Vec<InboxKey> = recorded.iter().map(|(e, id)| key(e, id)).collect();
+    store.record_many(&keys, WEEK).await.unwrap();
+
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let mut rows: Vec<(Vec<u8>, String, String)> =
+        sqlx::query_as("SELECT id_hash, endpoint, message_id FROM wharf_inbox")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    for (hash, endpoint, id) in &rows {
+        assert_eq!(
+            hash[..],
+            wharf_host::queue::inbox_hash(endpoint.as_bytes(), id.as_bytes())[..],
+            "the row of ({endpoint:?}, {id:?}) holds another key's hash"
+        );
+    }
+    let mut stored: Vec<(String, String)> = rows.drain(..).map(|(_, e, id)| (e, id)).collect();
+    stored.sort();
+    recorded.sort();
+    assert_eq!(stored, recorded);
+}

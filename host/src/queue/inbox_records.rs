@@ -98,36 +98,41 @@ pub(super) fn insert_postgres(table: &str, [h, e, m, created, expires]: [u8; 5])
 }
 
 /// Write `write`'s records on an open SQLite connection (e.g. inside the transaction that
-/// settles the message). Recording an existing key is a no-op. The rows travel as one JSON
-/// array, so the statement text is the same for any number of rows and stays prepared.
+/// settles the message). Recording an existing key is a no-op. One statement per endpoint
+/// (a settlement batch usually has one): the hashes travel as one blob of 32-byte keys and
+/// the MessageIds as a flat JSON array, so the statement text is the same for any number of
+/// rows and stays prepared, and SQLite parses each id once (an array of `[hash, endpoint,
+/// id]` arrays made it parse every row again to pick its fields).
 pub async fn record_sqlite(
     conn: &mut SqliteConnection,
     write: &InboxWrite,
 ) -> Result<(), sqlx::Error> {
     let now = now_ms();
-    let rows: Vec<(String, &str, &str)> = write
-        .rows
-        .iter()
-        .map(|k| {
-            (
-                hex::encode(k.hash),
-                k.endpoint.as_str(),
-                k.message_id.as_str(),
-            )
-        })
-        .collect();
-    let rows = serde_json::to_string(&rows).expect("inbox rows serialize");
-    // `WHERE true` tells SQLite's parser the `ON CONFLICT` belongs to the upsert.
-    sqlx::query(AssertSqlSafe(format!(
+    let sql = format!(
         "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)
-         SELECT unhex(value ->> 0), value ->> 1, value ->> 2, ?2, ?3 FROM json_each(?1) WHERE true
+         SELECT substr(?1, ids.key * 32 + 1, 32), ?2, ids.value, ?4, ?5 FROM json_each(?3) AS ids WHERE true
          ON CONFLICT (id_hash) DO NOTHING",
         write.table
-    )))
-    .bind(rows)
-    .bind(now)
-    .bind(now + write.retention_ms)
-    .execute(conn)
-    .await?;
+    );
+    let mut endpoints: Vec<&str> = Vec::new();
+    for row in &write.rows {
+        if !endpoints.contains(&row.endpoint.as_str()) {
+            endpoints.push(&row.endpoint);
+        }
+    }
+    for endpoint in endpoints {
+        let rows = || write.rows.iter().filter(|row| row.endpoint == endpoint);
+        let hashes: Vec<u8> = rows().flat_map(|row| row.hash).collect();
+        let ids: Vec<&str> = rows().map(|row| row.message_id.as_str()).collect();
+        // `WHERE true` tells SQLite's parser the `ON CONFLICT` belongs to the upsert.
+        sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(hashes)
+            .bind(endpoint)
+            .bind(serde_json::to_string(&ids).expect("MessageIds serialize"))
+            .bind(now)
+            .bind(now + write.retention_ms)
+            .execute(&mut *conn)
+            .await?;
+    }
     Ok(())
 }
