@@ -50,23 +50,51 @@ impl Drop for PgSchema {
 /// A loopback port free at the moment of asking, picked at random in 10000..20000: below
 /// Linux's ephemeral range (32768..60999), so that neither an outgoing connection nor a
 /// listener bound to port 0 (a proxy, another test's server) takes it before the caller's
-/// server binds it. Two tests can still pick the same port: a server started on it checks
-/// that it is the one answering there (see `RedisNode`).
+/// server binds it. The port is reserved (see [`reserve`]) for the rest of the process, so
+/// no later pick of this test or of another test running beside it hands it out again
+/// before the server the caller starts binds it.
 pub fn free_port() -> u16 {
     free_port_in(10000..20000, |_| true).expect("a free port in 10000..20000")
 }
 
-/// A port of `range` that `ok` accepts and that is free on 127.0.0.1 now, picked at random;
-/// `None` after 200 tries.
+/// A port of `range` that `ok` accepts, that is free on 127.0.0.1 now and that no test
+/// process has reserved, picked at random and reserved; `None` after 200 tries.
 pub fn free_port_in(range: std::ops::Range<u16>, ok: impl Fn(u16) -> bool) -> Option<u16> {
     let span = u64::from(range.end - range.start);
     for _ in 0..200 {
         let port = range.start + (rand_u64() % span) as u16;
-        if ok(port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if ok(port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() && reserve(port) {
             return Some(port);
         }
     }
     None
+}
+
+/// Reserve `port` for this process until it ends: an exclusive `flock` on a file named after
+/// the port in a folder every test process shares. A port is free when bound for a moment,
+/// but stays free only until the server meant for it binds it, which can be seconds later
+/// (a host started after the brokers of its case); without the reservation another pick in
+/// that time, in this process or another, could hand out the same port. The lock goes away
+/// with the process, so a killed test leaves nothing reserved. `false` when another process
+/// (or an earlier pick of this one) holds it.
+fn reserve(port: u16) -> bool {
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("wharf-test-ports");
+    let file = std::fs::create_dir_all(&dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+    });
+    // A lock is per open file: a second open of the same file in this process is refused too.
+    match file {
+        Ok(file) if file.try_lock().is_ok() => {
+            HELD.lock().unwrap_or_else(|e| e.into_inner()).push(file);
+            true
+        }
+        _ => false,
+    }
 }
 
 fn rand_u64() -> u64 {
@@ -189,4 +217,16 @@ pub async fn amqp_delete(url: &str, queues: &[String], exchanges: &[String]) {
         }
     }
     let _ = conn.close(200, "cleaned up").await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_picked_port_is_not_handed_out_again() {
+        let port = free_port();
+        assert!(!reserve(port), "port {port} was reserved a second time");
+        assert_eq!(free_port_in(port..port + 1, |_| true), None);
+    }
 }

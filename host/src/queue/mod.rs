@@ -49,7 +49,7 @@ pub enum QueueError {
     /// The schema could not be brought up to date.
     #[error("queue storage migration: {0}")]
     Migrate(sqlx::migrate::MigrateError),
-    /// The lock that serialises migrations across processes could not be taken.
+    /// The lock that makes processes opening one SQLite database take turns could not be taken.
     #[error("queue storage: cannot lock {}", path.display())]
     Lock {
         /// The lock file.

@@ -7,7 +7,7 @@ mod engine;
 mod enqueue;
 mod inbox_key;
 mod manage;
-mod migrate;
+mod open_turn;
 mod sessions;
 mod settle;
 mod statements;
@@ -22,6 +22,7 @@ use sqlx::{Row, SqlitePool};
 use self::checkpoint::Checkpointer;
 pub(crate) use self::engine::options as sqlite_options;
 use self::enqueue::SqliteEnqueue;
+use self::open_turn::OpenTurn;
 use self::settle::SqliteSettle;
 use self::statements::*;
 use super::enqueue::{Prepared, apply as apply_batch, transactions};
@@ -60,14 +61,16 @@ impl SqliteStore {
             "wal_autocheckpoint",
             checkpoint::WRITER_BACKSTOP_PAGES.to_string(),
         );
+        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        // Until the schema is current, other processes opening this database wait.
+        let turn = OpenTurn::take(options.get_filename(), in_memory).await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             // The writer's leases check the inbox with `wharf_inbox_key`.
             .after_connect(|conn, _| Box::pin(inbox_key::register(conn)))
             .connect_with(writer)
             .await?;
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        migrate::migrate(&pool, options.get_filename(), in_memory).await?;
+        turn.migrate(&pool).await?;
         let (readers, checkpointer) = if in_memory {
             (pool.clone(), None) // another connection would open another database
         } else {
@@ -80,6 +83,7 @@ impl SqliteStore {
                 Some(Arc::new(Checkpointer::start(&options).await?)),
             )
         };
+        drop(turn);
         Ok(SqliteStore {
             pool,
             readers,
