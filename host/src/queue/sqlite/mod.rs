@@ -62,7 +62,8 @@ impl SqliteStore {
             checkpoint::WRITER_BACKSTOP_PAGES.to_string(),
         );
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        // Until the schema is current, other processes opening this database wait.
+        // Until the schema is current and every connection is open, other processes opening
+        // this database wait.
         let turn = OpenTurn::take(options.get_filename(), in_memory).await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(1)

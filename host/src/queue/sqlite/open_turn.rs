@@ -9,7 +9,8 @@
 //!   migrations table).
 //!
 //! So every open holds an exclusive lock on `<database>.lock`, beside the database file, from
-//! before its first connection until its schema is current ([`OpenTurn`]). The lock is an
+//! before its first connection until its schema is current and its connections are open
+//! ([`OpenTurn`]). The lock is an
 //! advisory `flock`, released when the process ends, so a crash mid-open never leaves it held.
 
 use std::fs::{File, OpenOptions};
@@ -22,7 +23,7 @@ use super::super::QueueError;
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// This process's turn to open a database: held from before the first connection until the
-/// schema is current, then dropped.
+/// schema is current and the store's connections are open, then dropped.
 pub(super) struct OpenTurn {
     _lock: Option<File>,
 }
