@@ -120,4 +120,32 @@ macro_rules! leased_in_order {
     }};
 }
 
-pub(crate) use {history_from_row, leased_in_order, stored_from_row};
+/// Lease up to `$max` messages of `$queue` for `$lease_ms` through `$pool`: session heads
+/// when `$sessions`, any ready messages otherwise, each checked against the inbox table of
+/// `$inbox` (an `Option<&InboxProbe>`) when given. `$lease` and `$checking` are the dialect's
+/// statement builders (`lease(sessions)`, `lease_checking_inbox(table, sessions)`, binding
+/// the lease's end, now, the queue, the limit and, for the check, the endpoint). Returns the
+/// rows, read with [`leased_in_order`].
+macro_rules! fetch_lease {
+    ($pool:expr, $lease:path, $checking:path, $queue:expr, $max:expr, $lease_ms:expr, $inbox:expr, $sessions:expr) => {{
+        let now = $crate::queue::now_ms();
+        let inbox: Option<&$crate::queue::InboxProbe> = $inbox;
+        let sql: std::borrow::Cow<'static, str> = match inbox {
+            Some(probe) => $checking(&probe.table, $sessions).into(),
+            None => $lease($sessions).into(),
+        };
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(now + $lease_ms)
+            .bind(now)
+            .bind($queue)
+            .bind($max as i64);
+        match inbox {
+            Some(probe) => query.bind(&probe.endpoint),
+            None => query,
+        }
+        .fetch_all($pool)
+        .await?
+    }};
+}
+
+pub(crate) use {fetch_lease, history_from_row, leased_in_order, stored_from_row};

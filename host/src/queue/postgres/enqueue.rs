@@ -1,13 +1,16 @@
 //! The PostgreSQL statements of an enqueue ([`EnqueueStatements`]): new messages arrive as
 //! one `INSERT … SELECT FROM UNNEST(arrays)` per round, so a batch of a thousand costs one
-//! statement, not a thousand.
+//! statement, not a thousand. A chunk of an enqueue runs in one transaction, again after a
+//! deadlock ([`PostgresStore::enqueue_chunk`]).
 
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 
-use super::record_history;
 use super::statements::{DEFER, INSERT_MANY, LOCK_IDS, REPLACE, SELECT_EXISTING};
-use crate::queue::enqueue::{EnqueueStatements, Prepared, keys_by_position};
+use super::{PostgresStore, record_history};
+use crate::queue::enqueue::{
+    Applied, EnqueueStatements, Prepared, apply as apply_batch, keys_by_position,
+};
 use crate::queue::{Existing, QueueError, Status};
 
 /// The statements of an enqueue on one PostgreSQL connection (in a transaction when the
@@ -138,5 +141,62 @@ impl EnqueueStatements for PgEnqueue<'_> {
         now: i64,
     ) -> Result<(), QueueError> {
         super::sessions::park(&mut *self.conn, queue, sessions, now).await
+    }
+}
+
+impl PostgresStore {
+    /// Apply one chunk of an enqueue (see [`crate::queue::enqueue::transactions`]) in one
+    /// transaction,
+    /// again when PostgreSQL chose it as a deadlock victim (two batches taking the same ids
+    /// in another order).
+    pub(super) async fn enqueue_chunk(
+        &self,
+        queue: &str,
+        chunk: &[Prepared],
+        idempotent: bool,
+        now: i64,
+    ) -> Result<Applied, QueueError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = if chunk.iter().all(|m| m.message.id.is_none()) {
+                // Nothing to collide with: one insert statement, atomic on its own.
+                let mut conn = self.pool.acquire().await?;
+                apply_batch(
+                    &mut PgEnqueue { conn: &mut conn },
+                    queue,
+                    chunk,
+                    idempotent,
+                    now,
+                )
+                .await
+            } else {
+                let mut tx = self.pool.begin().await?;
+                match apply_batch(
+                    &mut PgEnqueue { conn: &mut tx },
+                    queue,
+                    chunk,
+                    idempotent,
+                    now,
+                )
+                .await
+                {
+                    Ok(applied) => tx.commit().await.map(|()| applied).map_err(Into::into),
+                    Err(e) => Err(e),
+                }
+            };
+            match result {
+                Err(QueueError::Database(sqlx::Error::Database(e)))
+                    if attempt < 4 && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
+                {
+                    tracing::debug!(
+                        queue,
+                        attempt,
+                        "enqueue batch retried after a deadlock: {e}"
+                    );
+                }
+                other => return other,
+            }
+        }
     }
 }

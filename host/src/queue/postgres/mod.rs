@@ -22,15 +22,14 @@ use tokio_util::sync::CancellationToken;
 
 use self::statements::*;
 pub use self::upkeep::VACUUM_AFTER_LEASES;
-use super::rows::{decode_headers, leased_in_order, stored_from_row};
+use super::rows::{decode_headers, fetch_lease, leased_in_order, stored_from_row};
 use super::{
     Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage, NextVersion,
     QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status, StoredMessage,
     WakeFn, now_ms,
 };
 
-use self::enqueue::PgEnqueue;
-use super::enqueue::{Applied, Prepared, apply as apply_batch, transactions};
+use super::enqueue::{Prepared, transactions};
 use super::notify::Notifier;
 
 /// The PostgreSQL store.
@@ -134,63 +133,35 @@ async fn record_history(
 }
 
 impl PostgresStore {
+    /// Lease session heads (`sessions`) or any ready messages, checking each delivery against
+    /// the inbox table of `inbox` when given (see
+    /// [`crate::queue::QueueStore::lease_checking_inbox`] and
+    /// [`crate::queue::QueueStore::lease_in_sessions`]).
+    pub(super) async fn lease_now(
+        &self,
+        queue: &str,
+        max: u32,
+        lease_ms: i64,
+        inbox: Option<&super::InboxProbe>,
+        sessions: bool,
+    ) -> Result<Vec<LeasedMessage>, QueueError> {
+        let rows = fetch_lease!(
+            &self.lease_pool,
+            lease,
+            lease_checking_inbox,
+            queue,
+            max,
+            lease_ms,
+            inbox,
+            sessions
+        );
+        self.upkeep.leased(rows.len());
+        Ok(leased_in_order!(rows))
+    }
+
     /// The connections reads go through (the same pool as writes).
     pub(super) fn readers(&self) -> &PgPool {
         &self.pool
-    }
-
-    /// Apply one chunk of an enqueue (see [`transactions`]) in one transaction,
-    /// again when PostgreSQL chose it as a deadlock victim (two batches taking the same ids
-    /// in another order).
-    async fn enqueue_chunk(
-        &self,
-        queue: &str,
-        chunk: &[Prepared],
-        idempotent: bool,
-        now: i64,
-    ) -> Result<Applied, QueueError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let result = if chunk.iter().all(|m| m.message.id.is_none()) {
-                // Nothing to collide with: one insert statement, atomic on its own.
-                let mut conn = self.pool.acquire().await?;
-                apply_batch(
-                    &mut PgEnqueue { conn: &mut conn },
-                    queue,
-                    chunk,
-                    idempotent,
-                    now,
-                )
-                .await
-            } else {
-                let mut tx = self.pool.begin().await?;
-                match apply_batch(
-                    &mut PgEnqueue { conn: &mut tx },
-                    queue,
-                    chunk,
-                    idempotent,
-                    now,
-                )
-                .await
-                {
-                    Ok(applied) => tx.commit().await.map(|()| applied).map_err(Into::into),
-                    Err(e) => Err(e),
-                }
-            };
-            match result {
-                Err(QueueError::Database(sqlx::Error::Database(e)))
-                    if attempt < 4 && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
-                {
-                    tracing::debug!(
-                        queue,
-                        attempt,
-                        "enqueue batch retried after a deadlock: {e}"
-                    );
-                }
-                other => return other,
-            }
-        }
     }
 }
 
@@ -249,16 +220,7 @@ impl QueueStore for PostgresStore {
         max: u32,
         lease_ms: i64,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
-        let now = now_ms();
-        let rows = sqlx::query(lease(false))
-            .bind(now + lease_ms)
-            .bind(now)
-            .bind(queue)
-            .bind(max as i64)
-            .fetch_all(&self.lease_pool)
-            .await?;
-        self.upkeep.leased(rows.len());
-        Ok(leased_in_order!(rows))
+        self.lease_now(queue, max, lease_ms, None, false).await
     }
 
     fn leases_check_inbox(&self) -> bool {
@@ -272,18 +234,8 @@ impl QueueStore for PostgresStore {
         lease_ms: i64,
         inbox: &super::InboxProbe,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
-        let now = now_ms();
-        let sql = statements::lease_checking_inbox(&inbox.table, false);
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(now + lease_ms)
-            .bind(now)
-            .bind(queue)
-            .bind(max as i64)
-            .bind(&inbox.endpoint)
-            .fetch_all(&self.lease_pool)
-            .await?;
-        self.upkeep.leased(rows.len());
-        Ok(leased_in_order!(rows))
+        self.lease_now(queue, max, lease_ms, Some(inbox), false)
+            .await
     }
 
     async fn lease_in_sessions(
@@ -293,7 +245,7 @@ impl QueueStore for PostgresStore {
         lease_ms: i64,
         inbox: Option<&super::InboxProbe>,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
-        self.lease_heads(queue, max, lease_ms, inbox).await
+        self.lease_now(queue, max, lease_ms, inbox, true).await
     }
 
     async fn tend_sessions(&self, queue: &str) -> Result<(), QueueError> {

@@ -26,7 +26,7 @@ use self::open_turn::OpenTurn;
 use self::settle::SqliteSettle;
 use self::statements::*;
 use super::enqueue::{Prepared, apply as apply_batch, transactions};
-use super::rows::{decode_headers, leased_in_order, stored_from_row};
+use super::rows::{decode_headers, fetch_lease, leased_in_order, stored_from_row};
 use super::{
     Enqueued, HistoryEntry, Lease, LeasedMessage, MessageFilter, NewMessage, NextVersion,
     QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status, StoredMessage,
@@ -104,29 +104,16 @@ impl SqliteStore {
         inbox: Option<&super::InboxProbe>,
         sessions: bool,
     ) -> Result<Vec<LeasedMessage>, QueueError> {
-        let now = now_ms();
-        let rows = match inbox {
-            Some(probe) => {
-                let sql = lease_checking_inbox(&probe.table, sessions);
-                sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(now + lease_ms)
-                    .bind(now)
-                    .bind(queue)
-                    .bind(max as i64)
-                    .bind(&probe.endpoint)
-                    .fetch_all(&self.pool)
-                    .await?
-            }
-            None => {
-                sqlx::query(lease(sessions))
-                    .bind(now + lease_ms)
-                    .bind(now)
-                    .bind(queue)
-                    .bind(max as i64)
-                    .fetch_all(&self.pool)
-                    .await?
-            }
-        };
+        let rows = fetch_lease!(
+            &self.pool,
+            lease,
+            lease_checking_inbox,
+            queue,
+            max,
+            lease_ms,
+            inbox,
+            sessions
+        );
         Ok(leased_in_order!(rows))
     }
 
