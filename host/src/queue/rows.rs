@@ -1,5 +1,6 @@
-//! Reading rows of the `messages` and `message_history` tables, shared by the SQLite and
-//! PostgreSQL stores (their column names and value types line up).
+//! Reading rows of the `messages` and `message_history` tables, and the lease that returns
+//! them ([`fetch_lease`]), shared by the SQLite and PostgreSQL stores (their column names
+//! and value types line up).
 
 use super::QueueError;
 

@@ -146,9 +146,8 @@ impl EnqueueStatements for PgEnqueue<'_> {
 
 impl PostgresStore {
     /// Apply one chunk of an enqueue (see [`crate::queue::enqueue::transactions`]) in one
-    /// transaction,
-    /// again when PostgreSQL chose it as a deadlock victim (two batches taking the same ids
-    /// in another order).
+    /// transaction, again when PostgreSQL chose it as a deadlock victim (two batches taking
+    /// the same ids in another order).
     pub(super) async fn enqueue_chunk(
         &self,
         queue: &str,
