@@ -191,11 +191,22 @@ async fn case(backend: Backend, fault: Fault) {
     })
     .await;
     let recovered = healed.elapsed();
-    let done = wait_for(SETTLE, "every message to run and settle", || async {
+    let done = poll_until(SETTLE, || async {
         let seen = runs(&setup).await;
         (seen.len() as u64 == total && setup.settled(total).await).then_some(seen)
     })
     .await;
+    let Some(done) = done else {
+        let ran = runs(&setup).await.len();
+        let settled = setup.settled(total).await;
+        let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        panic!(
+            "timed out after {SETTLE:?} waiting for every message to run and settle: \
+             {ran} of {total} ran, settled: {settled}; the host's log ends with:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    };
     wait_ready(&setup, &dir, SETTLE, "/readyz to be green again").await;
     drop::<WharfProcess>(host);
 
