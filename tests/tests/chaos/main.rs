@@ -110,15 +110,19 @@ async fn wait_ready(setup: &Setup, dir: &TestDir, timeout: Duration, what: &str)
     })
     .await;
     if answered.is_none() {
-        let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
         panic!(
             "timed out after {timeout:?} waiting for {what}; /readyz: {}\nhost log (last 40 lines):\n{}",
             last.borrow(),
-            tail.join("\n")
+            host_log_tail(dir)
         );
     }
+}
+
+/// The last 40 lines of the host's log in `dir`.
+fn host_log_tail(dir: &TestDir) -> String {
+    let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
 /// The replies so far: how many runs each `n` had.
@@ -199,12 +203,10 @@ async fn case(backend: Backend, fault: Fault) {
     let Some(done) = done else {
         let ran = runs(&setup).await.len();
         let settled = setup.settled(total).await;
-        let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(40).collect();
         panic!(
             "timed out after {SETTLE:?} waiting for every message to run and settle: \
-             {ran} of {total} ran, settled: {settled}; the host's log ends with:\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+             {ran} of {total} ran, settled: {settled}\nhost log (last 40 lines):\n{}",
+            host_log_tail(&dir)
         );
     };
     wait_ready(&setup, &dir, SETTLE, "/readyz to be green again").await;

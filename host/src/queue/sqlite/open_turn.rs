@@ -10,8 +10,8 @@
 //!
 //! So every open holds an exclusive lock on `<database>.lock`, beside the database file, from
 //! before its first connection until its schema is current and its connections are open
-//! ([`OpenTurn`]). The lock is an
-//! advisory `flock`, released when the process ends, so a crash mid-open never leaves it held.
+//! ([`OpenTurn`]). The lock is an advisory `flock`, released when the process ends, so a
+//! crash mid-open never leaves it held.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
