@@ -240,12 +240,15 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
         let sql_wake = router
             .wake_signal(name)
             .expect("every configured queue has a wake signal");
+        // One set of handler-call slots for the queue, whatever source a message came from.
+        let slots = Pipeline::slots_for(queue_config);
         let pipeline = |inbox: Option<InboxBinding>| Pipeline {
             name: Arc::from(name.as_str()),
             config: queue_config.clone(),
             registry: registry.clone(),
             enqueuer: router.clone(),
             inbox,
+            slots: slots.clone(),
         };
         let grace = config.host.shutdown_grace;
         let external = ExternalRoute::of(queue_config, &providers);

@@ -492,3 +492,143 @@ fn every_key_of_a_queue_hashes_to_one_cluster_slot() {
         assert!(slots.windows(2).all(|w| w[0] == w[1]), "{queue}: {slots:?}");
     }
 }
+
+/// Idempotency compares the MessageJson as JSON values, as the SQL queue does: other
+/// whitespace, key order or `1.0` for `1` is the same message. The stored envelope keeps
+/// the bytes of its first enqueue.
+#[tokio::test]
+async fn idempotency_compares_json_values_not_bytes() {
+    let prefix = unique_prefix("ext");
+    let s = storage(&prefix).await;
+    let keys = s.keys("q");
+    let first = Envelope::new(r#"{"a":1,"b":[1,2]}"#, Some("I2".into()), 0);
+    assert_eq!(
+        s.enqueue("q", &first, true).await.unwrap(),
+        EnqueueStatus::Added
+    );
+    for same in [
+        r#"{ "a": 1, "b": [1, 2] }"#,
+        r#"{"b":[1,2],"a":1}"#,
+        r#"{"a":1.0,"b":[1,2.0]}"#,
+    ] {
+        let again = Envelope::new(same, Some("I2".into()), 0);
+        assert_eq!(
+            s.enqueue("q", &again, true).await.unwrap(),
+            EnqueueStatus::Discarded,
+            "{same}"
+        );
+    }
+    let mut conn = redis().await;
+    let ready: Vec<String> = conn.zrange(&keys.ready, 0, -1).await.unwrap();
+    assert_eq!(ready, vec![first.to_json()], "the first bytes stay");
+    // A batch with two key orders of one value: one added, the other discarded.
+    let batch = [
+        Envelope::new(r#"{"x":1,"y":2}"#, Some("I3".into()), 0),
+        Envelope::new(r#"{"y":2,"x":1}"#, Some("I3".into()), 0),
+    ];
+    assert_eq!(
+        s.enqueue_batch("q", &batch, true).await.unwrap(),
+        vec![EnqueueStatus::Added, EnqueueStatus::Discarded]
+    );
+    // Another value is an update; outside an idempotent queue an equal one is too.
+    let changed = Envelope::new(r#"{"a":2,"b":[1,2]}"#, Some("I2".into()), 0);
+    assert_eq!(
+        s.enqueue("q", &changed, true).await.unwrap(),
+        EnqueueStatus::Updated
+    );
+    assert_eq!(
+        s.enqueue("q", &changed, false).await.unwrap(),
+        EnqueueStatus::Updated
+    );
+    // Leased, the message still counts as queued for idempotency.
+    let leased = s.lease("q", 10, 60_000).await.unwrap();
+    assert_eq!(leased.len(), 2);
+    let equal = Envelope::new(r#"{"b":[1,2],"a":2}"#, Some("I2".into()), 0);
+    assert_eq!(
+        s.enqueue("q", &equal, true).await.unwrap(),
+        EnqueueStatus::Discarded
+    );
+}
+
+/// An id stored before its hash was kept beside it still works: equal bytes are discarded,
+/// anything else replaces it, and from then on values compare.
+#[tokio::test]
+async fn an_id_stored_without_a_hash_still_compares_and_is_replaced() {
+    let prefix = unique_prefix("ext");
+    let s = storage(&prefix).await;
+    let keys = s.keys("q");
+    let old = Envelope::new(r#"{"a":1}"#, Some("old".into()), 0);
+    let mut conn = redis().await;
+    let _: () = redis::pipe()
+        .zadd(&keys.ready, old.to_json(), 0)
+        .hset(&keys.ids, "old", old.to_json())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.enqueue("q", &old, true).await.unwrap(),
+        EnqueueStatus::Discarded
+    );
+    let reordered = Envelope::new(r#"{ "a" : 1 }"#, Some("old".into()), 0);
+    assert_eq!(
+        s.enqueue("q", &reordered, true).await.unwrap(),
+        EnqueueStatus::Discarded,
+        "the discard above kept the value's hash"
+    );
+    let newer = Envelope::new(r#"{"a":2}"#, Some("old".into()), 0);
+    assert_eq!(
+        s.enqueue("q", &newer, true).await.unwrap(),
+        EnqueueStatus::Updated
+    );
+    let ready: Vec<String> = conn.zrange(&keys.ready, 0, -1).await.unwrap();
+    assert_eq!(ready, vec![newer.to_json()]);
+    // Settled, the id and its hash are gone: the same value is a new message.
+    let leased = s.lease("q", 10, 60_000).await.unwrap();
+    s.settle("q", &[leased[0].token.clone()]).await.unwrap();
+    let hashes: u64 = conn.hlen(&keys.id_hashes).await.unwrap();
+    assert_eq!(hashes, 0);
+    assert_eq!(
+        s.enqueue("q", &newer, true).await.unwrap(),
+        EnqueueStatus::Added
+    );
+}
+
+/// Byte-identical envelopes without an id are one member of the sorted set: the enqueue
+/// reports what Redis kept.
+#[tokio::test]
+async fn identical_envelopes_without_an_id_are_reported_as_kept_once() {
+    let prefix = unique_prefix("ext");
+    let s = storage(&prefix).await;
+    let keys = s.keys("q");
+    let same = Envelope::new(r#"{"n":1}"#, None, 0);
+    let batch = vec![same.clone(); 5];
+    assert_eq!(
+        s.enqueue_batch("q", &batch, false).await.unwrap(),
+        [
+            vec![EnqueueStatus::Added],
+            vec![EnqueueStatus::Discarded; 4]
+        ]
+        .concat()
+    );
+    let mut conn = redis().await;
+    let ready: u64 = conn.zcard(&keys.ready).await.unwrap();
+    assert_eq!(ready, 1);
+    // Scheduled again for another time, the one member moves: an update.
+    let due = wharf_host::queue::now_ms() + 3_600_000;
+    assert_eq!(
+        s.enqueue_delayed("q", &same, due, false).await.unwrap(),
+        EnqueueStatus::Added
+    );
+    assert_eq!(
+        s.enqueue_delayed("q", &same, due, false).await.unwrap(),
+        EnqueueStatus::Discarded
+    );
+    assert_eq!(
+        s.enqueue_delayed("q", &same, due + 60_000, false)
+            .await
+            .unwrap(),
+        EnqueueStatus::Updated
+    );
+    let delayed: u64 = conn.zcard(&keys.delayed).await.unwrap();
+    assert_eq!(delayed, 1);
+}

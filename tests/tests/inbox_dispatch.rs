@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::inbox::{InboxError, InboxKey, InboxStore, MemoryInbox};
-use wharf_host::queue::{QueueStore, Status};
+use wharf_host::queue::{NewMessage, QueueStore, Status};
 use wharf_host::{Config, RunningHost, StartOptions};
 use wharf_tests::{TestDir, messages, msg, wait_for, wait_status};
 
@@ -420,4 +420,143 @@ async fn set_payload(dir: &TestDir, key: i64, payload: &str) {
         .execute(&sqlite(dir).await)
         .await
         .unwrap();
+}
+
+/// The 512-character rule is about the inbox key: an external queue keys on the envelope's
+/// MessageId, so a longer one bypasses the inbox; a SQL queue keys on the delivery id it
+/// assigns, so a long message id uses the inbox like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_600_character_id_bypasses_only_an_external_queues_inbox() {
+    let (dir, spy) = (TestDir::new(), Arc::new(Spy::default()));
+    let host = start_with_redis(&dir, &spy, &wharf_tests::unique_prefix("inbox")).await;
+    let long = |n: i64| NewMessage {
+        id: Some("z".repeat(600)),
+        ..msg(json!({"reply_to": "replies", "n": n}))
+    };
+    let sql = host.router.enqueue("work", long(1)).await.unwrap();
+    wait_status(&host, sql.key, Status::Processed, T).await;
+    assert_eq!(
+        (
+            spy.checks.load(Ordering::SeqCst),
+            spy.records.load(Ordering::SeqCst)
+        ),
+        (1, 1),
+        "the SQL queue checked and recorded its delivery id"
+    );
+    host.router.enqueue("ext", long(2)).await.unwrap();
+    wait_for(T, "the external message's reply", || async {
+        (messages(&host, "replies").await.len() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        (
+            spy.checks.load(Ordering::SeqCst),
+            spy.records.load(Ordering::SeqCst)
+        ),
+        (1, 1),
+        "the external message ran without the inbox"
+    );
+    host.shutdown().await;
+}
+
+/// [`QUEUES`] and `ext`, an external queue on Redis under `prefix` with one attempt.
+async fn start_with_redis(dir: &TestDir, spy: &Arc<Spy>, prefix: &str) -> RunningHost {
+    dir.deploy("flaky", "flaky");
+    let queues = format!(
+        r#"{QUEUES}
+[providers.main]
+type = "redis"
+url = "{url}"
+key_prefix = "{prefix}"
+
+[queues.ext]
+handler = "flaky"
+storage = "external"
+provider = "main"
+endpoint = "ext"
+max_attempts = 1
+inbox = {{ store = "memory" }}
+"#,
+        url = wharf_tests::redis_url(),
+    );
+    let config = Config::load(&dir.write_config(&queues)).unwrap();
+    let options = StartOptions {
+        inbox_store: Some(spy.clone()),
+    };
+    let host = wharf_host::start_with(config, options).await.unwrap();
+    *spy.store.lock().unwrap() = Some(host.store.clone());
+    host
+}
+
+/// A message that succeeded on its last attempt and whose settlement was lost comes back
+/// with no attempts left: the inbox knows it, so it is skipped as a duplicate, not failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivery_past_its_last_attempt_that_already_succeeded_is_skipped() {
+    let (dir, spy) = (TestDir::new(), Arc::new(Spy::default()));
+    let prefix = wharf_tests::unique_prefix("inbox");
+    let host = start_with_redis(&dir, &spy, &prefix).await;
+    // Its one attempt ran and was recorded; the broker delivers it once more.
+    let id = "order-7";
+    spy.inner
+        .record(&InboxKey::new("ext", id).unwrap(), 3_600_000)
+        .await
+        .unwrap();
+    let envelope = wharf_host::external::Envelope::new(
+        json!({"reply_to": "replies", "n": 7}).to_string(),
+        Some(id.to_string()),
+        0,
+    )
+    .to_json();
+    let keys = wharf_host::external::redis::Keys::new(&prefix, "ext");
+    let mut redis = redis::Client::open(wharf_tests::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&keys.attempts)
+        .arg(&envelope)
+        .arg(1)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: i64 = redis::Script::new(wharf_host::external::redis::DIRECT_PRODUCER)
+        .key(&keys.ready)
+        .key(&keys.readiness)
+        .arg(0)
+        .arg(&envelope)
+        .arg("ext")
+        .invoke_async(&mut redis)
+        .await
+        .unwrap();
+    wait_for(T, "the redelivery to be settled", || async {
+        let leased: u64 = redis::cmd("ZCARD")
+            .arg(&keys.leases)
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        let ready: u64 = redis::cmd("ZCARD")
+            .arg(&keys.ready)
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        (spy.checks.load(Ordering::SeqCst) == 1 && leased + ready == 0).then_some(())
+    })
+    .await;
+    assert!(
+        messages(&host, "ext").await.is_empty(),
+        "not moved into the SQL queue as failed"
+    );
+    assert!(
+        messages(&host, "replies").await.is_empty(),
+        "the handler did not run"
+    );
+    let metrics = wharf_host::metrics::render();
+    assert!(
+        metrics.contains(
+            r#"wharf_inbox_duplicates_total{endpoint="ext",queue="ext",storage="redis"} 1"#
+        ),
+        "{metrics}"
+    );
+    host.shutdown().await;
 }

@@ -10,7 +10,10 @@
 //! A message received ahead waits for a free slot while its lease runs. It waits at most
 //! [`ReadAhead::hold_limit`] (half of what the lease leaves beyond the handler's timeout);
 //! one that waited longer is handed back untouched instead of run, so it never runs on a
-//! lease about to expire. Only a queue whose handler calls lately took under [`FAST_CALL`]
+//! lease about to expire. The slots are the queue's, shared with its other source (an
+//! external queue's SQL retries), whose calls may hold them past this source's leases: so
+//! the limit is kept while waiting for a slot ([`ReadAhead::slot`]), not only once one is
+//! free. Only a queue whose handler calls lately took under [`FAST_CALL`]
 //! reads ahead: with slower handlers the round trip is hidden behind them anyway, and a
 //! message received ahead would only wait (shown as `processing`, kept from other hosts).
 
@@ -19,7 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::deliver::{self, Precheck};
 use super::{Shared, Source, Work};
@@ -28,7 +33,8 @@ use super::{Shared, Source, Work};
 pub(crate) struct Ready<H> {
     pub work: Work<H>,
     pub check: Precheck,
-    received: Instant,
+    /// When it was received (its lease began just before).
+    pub received: Instant,
 }
 
 /// What a read returns: the messages, and how many were asked for.
@@ -37,12 +43,14 @@ type Read<H> = (Result<Vec<Ready<H>>, String>, u32);
 /// Receive up to `max` messages from the pipeline's source and check them against its inbox.
 pub(crate) async fn receive<S: Source>(shared: &Shared<S>, max: u32) -> Read<S::Handle> {
     let p = &shared.pipeline;
+    // Before the round trip: the leases begin during it, and the time a message may wait
+    // for a slot or an instance is counted from here.
+    let received = Instant::now();
     let works = match shared.source.receive(max, p.inbox.as_ref()).await {
         Ok(works) => works,
         Err(e) => return (Err(e), max),
     };
     let checks = deliver::precheck(shared, &works).await;
-    let received = Instant::now();
     let ready = works
         .into_iter()
         .zip(checks)
@@ -61,6 +69,8 @@ pub(crate) struct ReadAhead<H> {
     held: VecDeque<Ready<H>>,
     /// The read under way in the background.
     reading: Option<JoinHandle<Read<H>>>,
+    /// A read that ended while the pipeline waited for a slot, not looked at yet.
+    finished: Option<Read<H>>,
     /// Longest a message may wait for a slot; `None` when the source does not read ahead.
     hold_limit: Option<Duration>,
     /// The next read starts once no more than this many messages wait for a slot.
@@ -89,6 +99,7 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
         ReadAhead {
             held: VecDeque::new(),
             reading: None,
+            finished: None,
             // A lease that leaves almost nothing beyond the timeout leaves no time to wait.
             hold_limit: (reads_ahead && hold_limit >= MIN_HOLD).then_some(hold_limit),
             refill_at,
@@ -100,9 +111,85 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
         !self.held.is_empty()
     }
 
-    /// The read started ahead, if one is under way.
-    pub(crate) fn take_reading(&mut self) -> Option<JoinHandle<Read<H>>> {
-        self.reading.take()
+    /// What the read started ahead returned (waited for if still under way), if one was
+    /// started.
+    pub(crate) async fn finish_reading(&mut self) -> Option<Read<H>> {
+        if let Some(read) = self.finished.take() {
+            return Some(read);
+        }
+        let reading = self.reading.take()?;
+        Some(reading.await.unwrap_or_else(stopped))
+    }
+
+    /// A free slot of `slots`, or `None` on shutdown. Meanwhile the read under way is
+    /// finished, and every message that waited its hold limit is handed back to `source`
+    /// uncounted: the slot may be held by another of the queue's sources, whose calls do not
+    /// end with this source's leases.
+    pub(crate) async fn slot<S: Source<Handle = H>>(
+        &mut self,
+        slots: &Arc<Semaphore>,
+        source: &S,
+        shutdown: &CancellationToken,
+    ) -> Option<OwnedSemaphorePermit> {
+        // One place in the line for the whole wait: slots go to waiters first come, first
+        // served.
+        let acquire = slots.clone().acquire_owned();
+        tokio::pin!(acquire);
+        loop {
+            let expiry = self.next_expiry();
+            tokio::select! {
+                permit = &mut acquire => {
+                    return Some(permit.expect("semaphore never closed"));
+                }
+                _ = shutdown.cancelled() => return None,
+                read = async { self.reading.as_mut().expect("checked").await },
+                    if self.reading.is_some() =>
+                {
+                    self.reading = None;
+                    self.finished = Some(read.unwrap_or_else(stopped));
+                }
+                _ = tokio::time::sleep_until(expiry.unwrap_or_else(Instant::now).into()),
+                    if expiry.is_some() =>
+                {
+                    let stale = self.take_stale();
+                    if !stale.is_empty() {
+                        tracing::debug!(count = stale.len(), "handing back messages that waited too long for a free slot");
+                        source.release(stale).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// When the oldest message received and not run reaches its hold limit.
+    fn next_expiry(&self) -> Option<Instant> {
+        let limit = self.hold_limit?;
+        let finished = match &self.finished {
+            Some((Ok(ready), _)) => ready.iter().map(|r| r.received).min(),
+            _ => None,
+        };
+        let held = self.held.iter().map(|r| r.received).min();
+        Some(held.into_iter().chain(finished).min()? + limit)
+    }
+
+    /// Every message received and not run that waited longer than its hold limit.
+    fn take_stale(&mut self) -> Vec<H> {
+        let Some(limit) = self.hold_limit else {
+            return Vec::new();
+        };
+        let stale = |ready: &Ready<H>| ready.received.elapsed() > limit;
+        let mut out = Vec::new();
+        let mut keep = |queue: Vec<Ready<H>>| -> Vec<Ready<H>> {
+            let (old, fresh): (Vec<_>, Vec<_>) = queue.into_iter().partition(stale);
+            out.extend(old.into_iter().map(|ready| ready.work.handle));
+            fresh
+        };
+        let held = keep(self.held.drain(..).collect());
+        self.held.extend(held);
+        if let Some((Ok(ready), _)) = &mut self.finished {
+            *ready = keep(std::mem::take(ready));
+        }
+        out
     }
 
     /// Keep `ready` until slots free up.
@@ -136,6 +223,7 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
             && more
             && fast
             && self.reading.is_none()
+            && self.finished.is_none()
             && self.held.len() <= self.refill_at
     }
 
@@ -156,9 +244,7 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
     /// Everything received and not run: the held messages and what the read under way
     /// returns (waited for), to hand back.
     async fn drain(&mut self) -> Vec<H> {
-        if let Some(reading) = self.reading.take()
-            && let Ok((Ok(ready), _)) = reading.await
-        {
+        if let Some((Ok(ready), _)) = self.finish_reading().await {
             self.held.extend(ready);
         }
         self.held.drain(..).map(|ready| ready.work.handle).collect()
@@ -172,6 +258,11 @@ impl<H: Clone + Send + Sync + 'static> ReadAhead<H> {
             source.release(unstarted).await;
         }
     }
+}
+
+/// What a read whose task ended without an answer returns.
+fn stopped<H>(e: tokio::task::JoinError) -> Read<H> {
+    (Err(format!("receiving stopped: {e}")), 0)
 }
 
 /// Slowest average handler call of a queue that reads ahead: about a store round trip.

@@ -4,7 +4,7 @@
 //! attempt, never a duplicate.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
 
@@ -15,7 +15,7 @@ use crate::inbox::{InboxKey, InboxStore};
 use crate::metrics::MessageOutcome;
 use crate::queue::{Backoff, Disposition};
 use crate::queue::{InboxRow, InboxWrite};
-use crate::runtime::{LoadedHandler, Outcome};
+use crate::runtime::{InvokeError, LoadedHandler, Outcome};
 
 /// How a completion by a pending handoff is named (the message's `outcome`).
 pub(crate) const PENDING_HANDOFF: &str = "pending-handoff";
@@ -124,6 +124,7 @@ pub(crate) async fn process<S: Source>(
     seq: u64,
     work: Work<S::Handle>,
     check: Precheck,
+    received: Instant,
     permit: OwnedSemaphorePermit,
 ) {
     let p = &shared.pipeline;
@@ -142,8 +143,11 @@ pub(crate) async fn process<S: Source>(
         attempt,
     };
 
-    // 0. Decided by the source without running the guest.
-    if let Some(disposition) = work.decided {
+    // 0. Decided by the source without running the guest — unless the inbox knows the
+    // message already succeeded here (its settlement was lost after its last attempt): a
+    // duplicate is skipped, never failed.
+    let duplicate = matches!(check, Precheck::Checked(_, true));
+    if let (false, Some(disposition)) = (duplicate, work.decided) {
         log(p, &work.label, attempt, &disposition);
         finish(
             &shared,
@@ -205,11 +209,21 @@ pub(crate) async fn process<S: Source>(
     // 2. The guest.
     let record_ids = work.inbox.map(|ids| ids.record).unwrap_or_default();
     let started = std::time::Instant::now();
-    let result =
-        crate::runtime::invoke(&handler, work.message, p.config.timeout, p.enqueuer.clone()).await;
+    let start_by = start_by(received, p.config.lease, p.config.timeout);
+    let result = crate::runtime::invoke_starting_by(
+        &handler,
+        work.message,
+        p.config.timeout,
+        start_by,
+        p.enqueuer.clone(),
+    )
+    .await;
     crate::metrics::handler_call(&p.name, started.elapsed());
     shared.call_time.observe(started.elapsed());
     let mut disposition = decide(&result, attempt, max, backoff);
+    if let Err(e @ InvokeError::NoInstance(_)) = &result {
+        tracing::warn!(queue = %p.name, handler = %p.config.handler, delivery = %work.label, attempt, "{e}: the message goes back without counting the attempt (raise host.max_instances, or lower the concurrency of the queues that share it)");
+    }
     let outcome = match &result {
         Ok(Ok(Outcome::PendingHandoff)) => Some(PENDING_HANDOFF),
         Ok(Ok(Outcome::Completed)) => Some("completed"),
@@ -264,6 +278,13 @@ pub(crate) async fn process<S: Source>(
         attempt,
     };
     finish(&shared, seq, work.handle, verdict, permit).await;
+}
+
+/// The latest moment a message received at `received` may start its handler call: three
+/// quarters of what its `lease` leaves beyond the handler's `timeout`, so a call that waited
+/// for a free instance until then still ends, and is settled, before the lease runs out.
+fn start_by(received: Instant, lease: Duration, timeout: Duration) -> Instant {
+    received + lease.saturating_sub(timeout) * 3 / 4
 }
 
 /// Settle in a task of its own that the end of the shutdown grace does not abort: a

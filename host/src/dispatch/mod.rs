@@ -8,6 +8,9 @@
 //! source.
 //!
 //! A source ([`Source`]) only knows how to receive, settle and release its own messages.
+//! A queue fed by two sources (an external queue: its broker and the SQL queue of its
+//! retries) runs one pipeline per source over one set of handler-call slots, so its
+//! `concurrency` bounds its calls whatever source they came from.
 
 mod ahead;
 mod deliver;
@@ -155,6 +158,17 @@ pub struct Pipeline {
     pub enqueuer: Arc<dyn Enqueuer>,
     /// The consumer inbox of this queue's endpoint, when enabled.
     pub inbox: Option<InboxBinding>,
+    /// The queue's handler-call slots (`concurrency` of them), shared by every source of
+    /// the queue ([`Pipeline::slots_for`]).
+    pub slots: Arc<Semaphore>,
+}
+
+impl Pipeline {
+    /// The slots of a queue with `config`: one set for all of its sources, so its
+    /// `concurrency` bounds its handler calls whatever source they came from.
+    pub fn slots_for(config: &QueueConfig) -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(config.concurrency as usize))
+    }
 }
 
 pub(crate) struct Shared<S: Source> {
@@ -189,7 +203,7 @@ impl Pipeline {
             call_time: ahead::CallTime::default(),
         });
         let p = &shared.pipeline;
-        let slots = Arc::new(Semaphore::new(concurrency));
+        let slots = p.slots.clone();
         let mut tasks = JoinSet::new();
         let mut changes = p.registry.subscribe();
         let mut waiting_logged = false;
@@ -225,9 +239,8 @@ impl Pipeline {
             };
             waiting_logged = false;
 
-            let first = tokio::select! {
-                permit = slots.clone().acquire_owned() => permit.expect("semaphore never closed"),
-                _ = shutdown.cancelled() => break,
+            let Some(first) = ahead.slot(&slots, &shared.source, &shutdown).await else {
+                break;
             };
             // Gather free slots for a moment so a busy queue receives in batches rather than
             // one message per round trip as single slots free up.
@@ -256,10 +269,8 @@ impl Pipeline {
             // The batch to run: what waited for slots, else what the read under way (or a
             // read now) returns.
             if !ahead.has_held() {
-                let (received, asked) = match ahead.take_reading() {
-                    Some(reading) => reading
-                        .await
-                        .unwrap_or_else(|e| (Err(format!("receiving stopped: {e}")), 0)),
+                let (received, asked) = match ahead.finish_reading().await {
+                    Some(read) => read,
                     None => ahead::receive(&shared, permits.len() as u32).await,
                 };
                 let received = match received {
@@ -313,6 +324,7 @@ impl Pipeline {
                     seq,
                     ready.work,
                     ready.check,
+                    ready.received,
                     permit,
                 ));
             }

@@ -1,8 +1,9 @@
 //! Turning what a handler call produced into what happens to the message: complete, retry
-//! with backoff, or fail. Pure functions, so every rule is unit-tested.
+//! with backoff, fail, or — when the handler never ran for want of a free instance — hand
+//! it back uncounted. Pure functions, so every rule is unit-tested.
 
 use crate::queue::{Backoff, Disposition, now_ms};
-use crate::runtime::{HandlerError, InvokeResult, Outcome};
+use crate::runtime::{HandlerError, InvokeError, InvokeResult, Outcome};
 
 /// A transient failure of attempt `attempt`: retry after the backoff, or fail when it was
 /// the last attempt.
@@ -46,6 +47,8 @@ pub fn decide(
         Ok(Err(HandlerError::Transient(error))) => {
             retry_or_fail(format!("transient error: {error}"))
         }
+        // Not the handler's doing: it never ran.
+        Err(InvokeError::NoInstance(_)) => Disposition::Release,
         Err(invoke_error) => retry_or_fail(invoke_error.to_string()),
     }
 }
@@ -55,7 +58,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::runtime::InvokeError;
 
     const B: Backoff = Backoff {
         base: Duration::from_millis(100),
@@ -102,6 +104,13 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn no_free_instance_hands_the_message_back_even_on_its_last_attempt() {
+        let none = Err(InvokeError::NoInstance(Duration::from_secs(1)));
+        assert_eq!(decide(&none, 1, 3, B), Disposition::Release);
+        assert_eq!(decide(&none, 3, 3, B), Disposition::Release);
     }
 
     #[test]

@@ -55,6 +55,12 @@ pub fn install() -> &'static PrometheusHandle {
             })
             .and_then(|b| {
                 b.set_buckets_for_metric(
+                    Matcher::Full("wharf_instance_wait_seconds".into()),
+                    &CALL_BUCKETS,
+                )
+            })
+            .and_then(|b| {
+                b.set_buckets_for_metric(
                     Matcher::Full("wharf_settle_latency_seconds".into()),
                     &LATENCY_BUCKETS,
                 )
@@ -128,6 +134,14 @@ pub fn handler_call(queue: &str, took: Duration) {
 /// How long creating a fresh instance of `handler` took.
 pub fn instantiated(handler: &str, took: Duration) {
     handles::instantiate(handler).record(took.as_secs_f64());
+}
+
+/// A call of `handler` found every pooled instance in use and waited `waited` (until one came
+/// back, or until it gave up and handed its message back uncounted).
+pub fn instance_waited(handler: &str, waited: Duration) {
+    metrics::counter!("wharf_instance_waits_total", "handler" => handler.to_string()).increment(1);
+    metrics::histogram!("wharf_instance_wait_seconds", "handler" => handler.to_string())
+        .record(waited.as_secs_f64());
 }
 
 /// From enqueue to the final settlement (processed or failed) of a message on `queue`.

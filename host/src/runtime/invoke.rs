@@ -1,6 +1,7 @@
 //! One delivery: a fresh instance from the handler's `InstancePre`, a `handle` call under the
 //! queue's timeout and the handler's memory cap, and a classified result. A trap, a timeout
-//! or a memory-cap hit is an [`InvokeError`]; it never escapes as a panic.
+//! or a memory-cap hit is an [`InvokeError`]; it never escapes as a panic. A full instance
+//! pool is waited out ([`super::instances`]), never blamed on the handler.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,6 +12,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::bindings::{HandlerError, HostState, MemoryLimiter, Message, Outcome};
+use super::instances::{InstanceReturns, PooledStore};
 use super::outbound::OutboundHooks;
 use super::output::{Channel, LogStream};
 use super::registry::LoadedHandler;
@@ -28,22 +30,100 @@ pub enum InvokeError {
     /// The guest tried to grow its memory past its cap (and then failed).
     #[error("handler exceeded its memory limit of {0}")]
     MemoryLimit(bytesize::ByteSize),
-    /// The instance could not be created (e.g. the instance pool is exhausted).
+    /// The instance could not be created.
     #[error("handler could not be instantiated: {0}")]
     Instantiate(String),
+    /// Every pooled instance stayed in use for as long as the message could wait: the
+    /// handler never ran, and the message goes back uncounted.
+    #[error("no free handler instance after waiting {} (every one of host.max_instances was in use)", humantime::format_duration(*.0))]
+    NoInstance(Duration),
 }
 
 /// What a call produced.
 pub type InvokeResult = Result<Result<Outcome, HandlerError>, InvokeError>;
 
-/// Call `handle` on a fresh instance of `handler`.
+/// Call `handle` on a fresh instance of `handler`, waiting up to `timeout` for an instance
+/// when the pool is full.
 pub async fn invoke(
     handler: &LoadedHandler,
     message: Message,
     timeout: Duration,
     enqueuer: Arc<dyn Enqueuer>,
 ) -> InvokeResult {
+    invoke_starting_by(
+        handler,
+        message,
+        timeout,
+        Instant::now() + timeout,
+        enqueuer,
+    )
+    .await
+}
+
+/// Call `handle` on a fresh instance of `handler`. When the pool is full, wait for an
+/// instance until `start_by`, then give up with [`InvokeError::NoInstance`] (the handler
+/// never ran).
+pub async fn invoke_starting_by(
+    handler: &LoadedHandler,
+    message: Message,
+    timeout: Duration,
+    start_by: Instant,
+    enqueuer: Arc<dyn Enqueuer>,
+) -> InvokeResult {
     let queue: Arc<str> = Arc::from(message.queue.as_str());
+    let mut waiting_since: Option<Instant> = None;
+    let (mut store, instance) = loop {
+        let mut store = new_store(handler, queue.clone(), timeout, enqueuer.clone())?;
+        let started = Instant::now();
+        match handler.pre.instantiate_async(store.get()).await {
+            Ok(instance) => {
+                crate::metrics::instantiated(&handler.name, started.elapsed());
+                if let Some(since) = waiting_since {
+                    crate::metrics::instance_waited(&handler.name, since.elapsed());
+                }
+                break (store, instance);
+            }
+            Err(e) if InstanceReturns::is_pool_full(&e) => {
+                drop(store);
+                let since = *waiting_since.get_or_insert_with(Instant::now);
+                if !handler.returns.wait(start_by.into()).await {
+                    crate::metrics::instance_waited(&handler.name, since.elapsed());
+                    return Err(InvokeError::NoInstance(since.elapsed()));
+                }
+            }
+            Err(e) => return Err(InvokeError::Instantiate(format!("{e:#}"))),
+        }
+    };
+    let call = async {
+        instance
+            .call_handle(store.get(), &message)
+            .await
+            .map_err(|e| {
+                let state = store.get().data();
+                if state.timed_out {
+                    InvokeError::Timeout(timeout)
+                } else if state.limiter.exceeded {
+                    InvokeError::MemoryLimit(handler.memory_limit)
+                } else {
+                    InvokeError::Trap(describe(&e))
+                }
+            })
+    };
+    // The epoch deadline interrupts guest code; this outer limit also bounds time spent in
+    // host calls (a slow enqueue) on behalf of the guest.
+    match tokio::time::timeout(timeout + Duration::from_millis(250), call).await {
+        Ok(result) => result,
+        Err(_) => Err(InvokeError::Timeout(timeout)),
+    }
+}
+
+/// A store for one call of `handler`, its deadline `timeout` from now.
+fn new_store(
+    handler: &LoadedHandler,
+    queue: Arc<str>,
+    timeout: Duration,
+    enqueuer: Arc<dyn Enqueuer>,
+) -> Result<PooledStore<HostState>, InvokeError> {
     let wasi = build_wasi(handler).map_err(|e| InvokeError::Instantiate(e.to_string()))?;
     let deadline = Instant::now() + timeout;
     let state = HostState {
@@ -73,34 +153,7 @@ pub async fn invoke(
             Ok(UpdateDeadline::Yield(1))
         }
     });
-
-    let call = async {
-        let started = Instant::now();
-        let instance = match handler.pre.instantiate_async(&mut store).await {
-            Ok(instance) => instance,
-            Err(e) => return Err(InvokeError::Instantiate(format!("{e:#}"))),
-        };
-        crate::metrics::instantiated(&handler.name, started.elapsed());
-        instance
-            .call_handle(&mut store, &message)
-            .await
-            .map_err(|e| {
-                let state = store.data();
-                if state.timed_out {
-                    InvokeError::Timeout(timeout)
-                } else if state.limiter.exceeded {
-                    InvokeError::MemoryLimit(handler.memory_limit)
-                } else {
-                    InvokeError::Trap(describe(&e))
-                }
-            })
-    };
-    // The epoch deadline interrupts guest code; this outer limit also bounds time spent in
-    // host calls (a slow enqueue) on behalf of the guest.
-    match tokio::time::timeout(timeout + Duration::from_millis(250), call).await {
-        Ok(result) => result,
-        Err(_) => Err(InvokeError::Timeout(timeout)),
-    }
+    Ok(PooledStore::new(store, handler.returns.clone()))
 }
 
 fn describe(error: &wasmtime::Error) -> String {

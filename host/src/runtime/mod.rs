@@ -6,6 +6,7 @@ mod cache;
 pub mod deploy;
 mod deploy_log;
 mod engine;
+mod instances;
 mod invoke;
 mod memory;
 mod outbound;
@@ -18,6 +19,6 @@ pub use bindings::{
 };
 pub use deploy_log::{DeployEvent, DeployLog, DeployResult};
 pub use engine::EPOCH_TICK;
-pub use invoke::{InvokeError, InvokeResult, invoke};
+pub use invoke::{InvokeError, InvokeResult, invoke, invoke_starting_by};
 pub use outbound::{BadOutboundHost, OutboundHost};
 pub use registry::{DeployError, Grants, HandlerRegistry, LoadOutcome, LoadedHandler, Origin};

@@ -18,6 +18,7 @@ use super::cache::ComponentCache;
 pub use super::cache::Origin;
 use super::deploy_log::DeployLog;
 use super::engine::{EpochTicker, build_engine};
+use super::instances::InstanceReturns;
 use super::memory::largest_initial_memory;
 use super::outbound::OutboundHost;
 use crate::config::{Config, Preopen, is_valid_name};
@@ -108,6 +109,8 @@ pub struct LoadedHandler {
     /// Sandbox grants.
     pub grants: Grants,
     pub(crate) pre: HandlerPre<HostState>,
+    /// The engine's returned instances, for a call that finds the pool full.
+    pub(crate) returns: Arc<InstanceReturns>,
 }
 
 /// What loading a file did.
@@ -134,6 +137,8 @@ pub enum LoadOutcome {
 /// The set of deployed handlers.
 pub struct HandlerRegistry {
     engine: Engine,
+    /// Instances given back to the engine's pool.
+    returns: Arc<InstanceReturns>,
     linker: Linker<HostState>,
     /// The linker of handlers with `allowed_outbound_hosts`: adds `wasi:http`.
     http_linker: Linker<HostState>,
@@ -161,6 +166,7 @@ impl HandlerRegistry {
         Ok(HandlerRegistry {
             _ticker: EpochTicker::start(engine.clone()),
             engine,
+            returns: Arc::default(),
             linker,
             http_linker,
             config,
@@ -283,6 +289,7 @@ impl HandlerRegistry {
                 http,
             },
             pre,
+            returns: self.returns.clone(),
         });
         self.handlers.rcu(|current| {
             let mut next = HashMap::clone(current);

@@ -127,7 +127,8 @@ impl Consumer for RedisConsumer {
         call.key(&keys.leases)
             .key(&keys.leased)
             .key(&keys.attempts)
-            .key(&keys.ids);
+            .key(&keys.ids)
+            .key(&keys.id_hashes);
         for lease in Self::tokens(handles) {
             call.arg(&lease.token)
                 .arg(lease.message_id.as_deref().unwrap_or(""));

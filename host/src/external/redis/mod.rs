@@ -7,6 +7,7 @@
 //! | `{prefix}{queue}:readiness` | stream | one `queue <name>` record per ready enqueue |
 //! | `{prefix}{queue}:delayed` | sorted set | scheduled envelopes, score = due Unix seconds |
 //! | `{prefix}{queue}:ids` | hash | MessageId → its pending envelope (replacement, idempotency) |
+//! | `{prefix}{queue}:id-hashes` | hash | MessageId → canonical hash of its MessageJson (idempotency compares JSON values, as the SQL queue does) |
 //! | `{prefix}{queue}:leases` | sorted set | lease token → deadline (Unix ms) |
 //! | `{prefix}{queue}:leased` | hash | lease token → `priority|envelope` |
 //! | `{prefix}{queue}:attempts` | hash | envelope → deliveries so far |
@@ -47,7 +48,7 @@ use super::{
     ProviderError, PublishOptions, ReadinessBridge,
 };
 use crate::config::duration;
-use crate::queue::{EnqueueStatus, now_ms};
+use crate::queue::{EnqueueStatus, canonical_hash, now_ms};
 use crate::redis_client::RedisTarget;
 
 const KIND: &str = "redis";
@@ -190,6 +191,8 @@ pub struct Keys {
     pub delayed: String,
     /// MessageId → envelope.
     pub ids: String,
+    /// MessageId → canonical hash of its MessageJson.
+    pub id_hashes: String,
     /// Lease deadlines.
     pub leases: String,
     /// Leased envelopes.
@@ -208,6 +211,7 @@ impl Keys {
             readiness: format!("{ready}:readiness"),
             delayed: format!("{ready}:delayed"),
             ids: format!("{ready}:ids"),
+            id_hashes: format!("{ready}:id-hashes"),
             leases: format!("{ready}:leases"),
             leased: format!("{ready}:leased"),
             attempts: format!("{ready}:attempts"),
@@ -217,12 +221,13 @@ impl Keys {
     }
 
     /// Every key, for checks (all must share one cluster slot).
-    pub fn all(&self) -> [&str; 8] {
+    pub fn all(&self) -> [&str; 9] {
         [
             &self.ready,
             &self.readiness,
             &self.delayed,
             &self.ids,
+            &self.id_hashes,
             &self.leases,
             &self.leased,
             &self.attempts,
@@ -290,6 +295,7 @@ impl Provider for RedisProvider {
             .key(&keys.readiness)
             .key(&keys.delayed)
             .key(&keys.ids)
+            .key(&keys.id_hashes)
             .arg(queue)
             .arg(if options.idempotent { "1" } else { "0" });
         for envelope in envelopes {
@@ -302,6 +308,12 @@ impl Provider for RedisProvider {
                 (Some(id), true) => id.as_str(),
                 _ => "",
             };
+            // What idempotency compares: the message as JSON values, as on the SQL queue.
+            let hash = if id.is_empty() {
+                String::new()
+            } else {
+                canonical_hash(&envelope.message_json)
+            };
             call.arg(score)
                 .arg(envelope.to_json())
                 .arg(id)
@@ -309,7 +321,8 @@ impl Provider for RedisProvider {
                     "1"
                 } else {
                     "0"
-                });
+                })
+                .arg(hash);
         }
         let statuses: Vec<String> = call
             .invoke_async(&mut self.conn.get().await?)

@@ -6,26 +6,36 @@
 /// KEYS: ready, readiness. ARGV: priority, envelope, queue name.
 pub const DIRECT_PRODUCER: &str = "redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) redis.call('XADD', KEYS[2], '*', 'queue', ARGV[3]) return 1";
 
-/// Enqueue a batch. KEYS: ready, readiness, delayed, ids.
+/// Enqueue a batch. KEYS: ready, readiness, delayed, ids, id hashes.
 /// ARGV: queue name, idempotent ('1'/'0'), then per message: score (priority, or due Unix
-/// seconds when delayed), envelope, message id ('' for none), delayed ('1'/'0').
-/// A message id replaces the pending envelope with that id; in an idempotent queue an
-/// identical envelope (pending or leased) is discarded. One readiness record is appended
-/// when at least one ready message was added. Returns one status per message.
+/// seconds when delayed), envelope, message id ('' for none), delayed ('1'/'0'), canonical
+/// hash of its MessageJson ('' without an id).
+/// A message id replaces the pending envelope with that id; in an idempotent queue one whose
+/// MessageJson equals the pending (or leased) one's as JSON values is discarded: the hashes
+/// kept beside the ids compare, or the envelope bytes for an id stored without a hash. An
+/// envelope byte for byte equal to one already in its sorted set is kept once (set
+/// semantics): `discarded`, or `updated` when only its due time changed. One readiness record
+/// is appended when at least one ready message was added or updated. Returns one status per
+/// message.
 pub const ENQUEUE: &str = r#"
 local out = {}
 local ready_added = false
-local n = (#ARGV - 2) / 4
+local n = (#ARGV - 2) / 5
 for i = 0, n - 1 do
-  local score = ARGV[3 + i * 4]
-  local envelope = ARGV[4 + i * 4]
-  local id = ARGV[5 + i * 4]
-  local delayed = ARGV[6 + i * 4] == '1'
+  local base = 3 + i * 5
+  local score = ARGV[base]
+  local envelope = ARGV[base + 1]
+  local id = ARGV[base + 2]
+  local delayed = ARGV[base + 3] == '1'
+  local hash = ARGV[base + 4]
   local status = 'added'
   if id ~= '' then
     local old = redis.call('HGET', KEYS[4], id)
     if old then
-      if ARGV[2] == '1' and old == envelope then
+      local old_hash = redis.call('HGET', KEYS[5], id)
+      local same
+      if old_hash then same = old_hash == hash else same = old == envelope end
+      if ARGV[2] == '1' and same then
         status = 'discarded'
       else
         redis.call('ZREM', KEYS[1], old)
@@ -36,12 +46,19 @@ for i = 0, n - 1 do
     if status ~= 'discarded' then
       redis.call('HSET', KEYS[4], id, envelope)
     end
+    redis.call('HSET', KEYS[5], id, hash)
   end
   if status ~= 'discarded' then
-    if delayed then
-      redis.call('ZADD', KEYS[3], score, envelope)
-    else
-      redis.call('ZADD', KEYS[1], score, envelope)
+    local set = KEYS[1]
+    if delayed then set = KEYS[3] end
+    if redis.call('ZADD', set, 'NX', score, envelope) == 0 and status == 'added' then
+      if redis.call('ZADD', set, 'XX', 'CH', score, envelope) == 1 then
+        status = 'updated'
+      else
+        status = 'discarded'
+      end
+    end
+    if status ~= 'discarded' and not delayed then
       ready_added = true
     end
   end
@@ -75,7 +92,7 @@ end
 return out
 "#;
 
-/// Settle (remove for good). KEYS: lease deadlines, leased, attempts, ids.
+/// Settle (remove for good). KEYS: lease deadlines, leased, attempts, ids, id hashes.
 /// ARGV: pairs of token, message id ('' for none). Returns 1/0 per token: whether the lease
 /// was still held.
 pub const SETTLE: &str = r#"
@@ -91,6 +108,7 @@ for i = 1, #ARGV, 2 do
     redis.call('HDEL', KEYS[3], envelope)
     if id ~= '' and redis.call('HGET', KEYS[4], id) == envelope then
       redis.call('HDEL', KEYS[4], id)
+      redis.call('HDEL', KEYS[5], id)
     end
     out[#out + 1] = 1
   else
