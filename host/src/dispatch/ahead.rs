@@ -357,6 +357,59 @@ mod tests {
         assert!(!ahead.has_held());
     }
 
+    /// A source that only records what is handed back to it.
+    #[derive(Default)]
+    struct Returns(std::sync::Mutex<Vec<u32>>);
+
+    #[async_trait::async_trait]
+    impl Source for Returns {
+        type Handle = u32;
+        fn provider(&self) -> &'static str {
+            "test"
+        }
+        async fn receive(
+            &self,
+            _: u32,
+            _: Option<&super::super::InboxBinding>,
+        ) -> Result<Vec<Work<u32>>, String> {
+            Ok(Vec::new())
+        }
+        async fn wait_for_work(&self, _: &CancellationToken) {}
+        async fn settle(&self, _: u32, _: super::super::Verdict) {}
+        async fn release(&self, handles: Vec<u32>) {
+            self.0.lock().unwrap().extend(handles);
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_waiting_for_a_slot_another_source_holds_go_back_at_their_limit() {
+        let mut ahead = ReadAhead::new(true, LEASE, TIMEOUT, 0);
+        // The limit is 10 s: one message reaches it in 50 ms, the other in 10 s.
+        ahead.hold(vec![
+            ready(1, Duration::from_millis(9_950)),
+            ready(2, Duration::ZERO),
+        ]);
+        let source = Returns::default();
+        let taken = Arc::new(Semaphore::new(0));
+        let shutdown = CancellationToken::new();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(1),
+            ahead.slot(&taken, &source, &shutdown),
+        )
+        .await;
+        assert!(waited.is_err(), "no slot came free");
+        assert_eq!(
+            *source.0.lock().unwrap(),
+            vec![1],
+            "handed back while waiting"
+        );
+        let (run, stale) = ahead.take(5);
+        assert_eq!((handles(&run), stale), (vec![2], vec![]));
+        // A slot that comes free is taken at once.
+        taken.add_permits(1);
+        assert!(ahead.slot(&taken, &source, &shutdown).await.is_some());
+    }
+
     #[test]
     fn a_source_that_does_not_read_ahead_never_hands_back_for_waiting() {
         let mut ahead = ReadAhead::new(false, LEASE, TIMEOUT, 0);
