@@ -420,3 +420,41 @@ async fn a_silent_network_cut_turns_health_red_through_the_broker_probe() {
     .await;
     host.shutdown().await;
 }
+
+/// A topic that exists with another partition count than `partitions` is used as it is,
+/// and the host says so once when it prepares the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_topic_with_other_partitions_is_named_at_start() {
+    use wharf_host::external::Provider;
+    use wharf_host::external::kafka::KafkaProvider;
+    let logs = wharf_tests::capture_logs();
+    let one = settings(1);
+    let queues = ["export_order".to_string()];
+    KafkaProvider::open("first", one.clone())
+        .unwrap()
+        .prepare(&queues)
+        .await
+        .unwrap();
+    let topic = one.topic("export_order");
+    let reader = Arc::new(KafkaReader::new(&one.brokers));
+    let made = blocking(&reader, {
+        let topic = topic.clone();
+        move |reader| reader.partitions(&topic).len()
+    })
+    .await;
+    assert_eq!(made, 1);
+    let three = KafkaSettings {
+        partitions: 3,
+        ..one
+    };
+    KafkaProvider::open("kafka", three)
+        .unwrap()
+        .prepare(&queues)
+        .await
+        .unwrap();
+    let text = logs.text();
+    let expected = format!(
+        "topic `{topic}` already exists with 1 partitions and is used as it is: `partitions = 3` of [providers.kafka] applies only to topics the host creates"
+    );
+    assert_eq!(text.matches(&expected).count(), 1, "{text}");
+}

@@ -632,3 +632,23 @@ async fn identical_envelopes_without_an_id_are_reported_as_kept_once() {
     let delayed: u64 = conn.zcard(&keys.delayed).await.unwrap();
     assert_eq!(delayed, 1);
 }
+
+/// `wharf enqueue` into an external queue names what identifies the message there.
+#[test]
+fn the_cli_names_the_message_id_of_an_external_enqueue() {
+    let prefix = unique_prefix("ext");
+    let dir = TestDir::new();
+    dir.write_config(&config(&prefix, ""));
+    let (ok, stdout, stderr) = dir.wharf(&["enqueue", "export_order", "{}", "--id", "o-1"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "added: in the broker of external queue export_order, MessageId o-1"
+    );
+    let (ok, stdout, stderr) = dir.wharf(&["enqueue", "export_order", "{}"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "added: in the broker of external queue export_order, no MessageId (--id gives it one)"
+    );
+}

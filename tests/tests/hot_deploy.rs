@@ -169,14 +169,21 @@ async fn broken_files_are_rejected_with_the_reason() {
     let dir = TestDir::new();
     let config = Arc::new(Config::load(&dir.write_config(CONFIG)).unwrap());
     let registry = HandlerRegistry::new(config).unwrap();
-    dir.deploy_bytes("junk", b"not wasm");
+    // Random bytes: not the binary format, nor text.
+    dir.deploy_bytes("junk", &[0xff, 0xfe, 0x00, 0x13, 0x8c, 0x01]);
     let err = registry
         .load_file(&dir.handler_path("junk"))
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("junk.wasm: not a valid WebAssembly component"),
+        err.contains(
+            "junk.wasm: not a valid WebAssembly component: the file does not start with the WebAssembly header (`\\0asm`)"
+        ),
         "{err}"
+    );
+    assert!(
+        err.contains("(detail: input bytes aren't valid utf-8"),
+        "the compiler's words come after: {err}"
     );
     dir.deploy_bytes("empty", b"(component)");
     let err = registry
@@ -354,4 +361,48 @@ async fn a_memory_cap_below_the_initial_memory_is_rejected_at_deploy() {
         "{text}"
     );
     assert!(registry.get("versioned").is_none(), "not deployed");
+}
+
+/// A handler no queue names is deployed, with a warning saying where to use it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployed_handler_no_queue_uses_is_warned_about() {
+    let logs = wharf_tests::capture_logs();
+    let dir = TestDir::new();
+    let host = dir.start(CONFIG).await;
+    dir.deploy("versioned", "versioned_v1");
+    dir.deploy("spare", "noop");
+    wait_for(T, "both handlers to deploy", || async {
+        (host.registry.get("versioned").is_some() && host.registry.get("spare").is_some())
+            .then_some(())
+    })
+    .await;
+    let text = logs.text();
+    assert!(
+        text.contains(
+            "handler `spare` is deployed but no queue uses it: set handler = \"spare\" in a [queues.NAME] table of"
+        ),
+        "{text}"
+    );
+    assert!(
+        !text.contains("handler `versioned` is deployed but no queue uses it"),
+        "{text}"
+    );
+    host.shutdown().await;
+}
+
+/// `wharf handlers --help` says which subcommand needs the running host.
+#[test]
+fn handlers_help_says_which_subcommand_asks_the_running_host() {
+    let dir = TestDir::new();
+    let (ok, stdout, stderr) = dir.wharf(&["handlers", "--help"]);
+    assert!(ok, "{stderr}");
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no `{name}` line: {stdout}"))
+            .to_string()
+    };
+    assert!(line("list").contains("asks the running host"), "{stdout}");
+    assert!(line("new").contains("needs no running host"), "{stdout}");
 }

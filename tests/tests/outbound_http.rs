@@ -149,9 +149,10 @@ handler = "other"
         .load_file(&dir.handler_path("other"))
         .expect_err("rejected")
         .to_string();
-    assert!(
-        error.contains("wasi:http/") && error.contains("[handlers.other] allowed_outbound_hosts"),
-        "{error}"
-    );
+    // What to do first, the linker's words after it.
+    let first = "other.wasm: handler `other` makes outbound HTTP requests (it imports wasi:http), but no origin is allowed: list the origins it may call in [handlers.other] allowed_outbound_hosts";
+    assert!(error.contains(first), "{error}");
+    let linker = error.find("wasi:http/").expect("the linker's detail");
+    assert!(error.find(first).unwrap() < linker, "{error}");
     host.shutdown().await;
 }

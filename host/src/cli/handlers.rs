@@ -14,9 +14,10 @@ use crate::admin::HandlerInfo;
 /// `wharf handlers …`.
 #[derive(Debug, Subcommand)]
 pub enum HandlersCommand {
-    /// List the deployed handlers: name, file, content hash, loaded at.
+    /// List the deployed handlers: name, file, content hash, loaded at (asks the running
+    /// host).
     List,
-    /// Write a new handler project that builds with one command.
+    /// Write a new handler project that builds with one command (needs no running host).
     New {
         /// Handler name (also the project folder and the component's file name).
         name: String,

@@ -214,8 +214,16 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
             queue::EnqueueStatus::Discarded => "discarded (identical message already queued)",
         };
         if done.key == 0 {
-            // Kept by the queue's provider, not in the SQL queue.
-            println!("{what}: in the broker of external queue {}", args.queue);
+            // Kept by the queue's provider, not in the SQL queue: its MessageId is what
+            // identifies it there (and in the consumer inbox).
+            let id = match &args.id {
+                Some(id) => format!("MessageId {id}"),
+                None => "no MessageId (--id gives it one)".to_string(),
+            };
+            println!(
+                "{what}: in the broker of external queue {}, {id}",
+                args.queue
+            );
         } else {
             println!("{what}: key {} in queue {}", done.key, args.queue);
         }

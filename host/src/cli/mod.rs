@@ -75,7 +75,8 @@ pub enum Command {
     /// Ordered sessions: which are blocked, and by what.
     #[command(subcommand)]
     Sessions(sessions::SessionsCommand),
-    /// Inspect deployed handlers (asks the running host).
+    /// Handlers: list the deployed ones (asks the running host), or write a new project
+    /// (`new`, needs no host).
     #[command(subcommand)]
     Handlers(handlers::HandlersCommand),
     /// One screen from the running host: readiness, queues with counts and rates, handlers.

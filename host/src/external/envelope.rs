@@ -26,7 +26,9 @@ pub struct Envelope {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
     /// Not the envelope object.
-    #[error("the body is not an external-pending envelope: {0}")]
+    #[error(
+        "the body is not an external-pending envelope, which is the JSON object {{\"MessageJson\": \"<the message as JSON text>\", \"MessageId\": \"<id>\" or null, \"Priority\": <integer>}}: {0}"
+    )]
     Shape(String),
     /// `MessageJson` is not JSON.
     #[error("the envelope's MessageJson is not valid JSON: {0}")]
@@ -80,10 +82,15 @@ mod tests {
 
     #[test]
     fn invalid_bodies_say_why() {
-        assert!(matches!(
-            Envelope::parse("not json"),
-            Err(EnvelopeError::Shape(_))
-        ));
+        let error = Envelope::parse("not json").unwrap_err();
+        assert!(matches!(error, EnvelopeError::Shape(_)));
+        // The expected shape first, the parser's detail after it.
+        assert!(
+            error.to_string().starts_with(
+                r#"the body is not an external-pending envelope, which is the JSON object {"MessageJson": "<the message as JSON text>", "MessageId": "<id>" or null, "Priority": <integer>}: expected ident"#
+            ),
+            "{error}"
+        );
         // A nested object instead of the serialized string.
         assert!(matches!(
             Envelope::parse(r#"{"MessageJson":{"OrderId":"1"},"MessageId":null,"Priority":0}"#),

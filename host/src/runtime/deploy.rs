@@ -170,6 +170,9 @@ async fn apply(registry: &Arc<HandlerRegistry>, path: PathBuf) -> bool {
                 source, millis,
                 "handler deployed"
             );
+            if !registry.serves_a_queue(&name) {
+                tracing::warn!(handler = %name, file = %path.display(), "handler `{name}` is deployed but no queue uses it: set handler = \"{name}\" in a [queues.NAME] table of {}", registry.config_file().display());
+            }
             true
         }
         Ok(Ok(LoadOutcome::Unchanged { .. })) => true,

@@ -65,6 +65,18 @@ pub enum DeployError {
         /// The largest initial memory of the component.
         initial: ByteSize,
     },
+    /// The component makes outbound HTTP requests, which its handler is not granted.
+    #[error(
+        "{path}: handler `{name}` makes outbound HTTP requests (it imports wasi:http), but no origin is allowed: list the origins it may call in [handlers.{name}] allowed_outbound_hosts, e.g. allowed_outbound_hosts = [\"https://api.example.com\"] (linker: {detail})"
+    )]
+    NeedsOutboundHttp {
+        /// The file.
+        path: PathBuf,
+        /// The handler name.
+        name: String,
+        /// What the linker said.
+        detail: String,
+    },
     /// The component does not fit the `wharf:handler/handler` world.
     #[error("{path}: does not match the wharf:handler/handler world: {reason}")]
     World {
@@ -204,6 +216,16 @@ impl HandlerRegistry {
         self.changes.subscribe()
     }
 
+    /// Whether a configured queue runs handler `name`.
+    pub fn serves_a_queue(&self, name: &str) -> bool {
+        self.config.queues.values().any(|q| q.handler == name)
+    }
+
+    /// The configuration file the registry was made from.
+    pub fn config_file(&self) -> &Path {
+        &self.config.source
+    }
+
     /// The handler name a file deploys, if it is a `.wasm` file.
     pub fn name_of(path: &Path) -> Option<String> {
         if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
@@ -329,18 +351,26 @@ impl HandlerRegistry {
                 .load(&self.engine, hash, bytes)
                 .map_err(|e| DeployError::Compile {
                     path: path.to_path_buf(),
-                    reason: format!("{e:#}"),
+                    reason: if bytes.starts_with(b"\0asm") {
+                        format!("{e:#}")
+                    } else {
+                        format!(
+                            "the file does not start with the WebAssembly header (`\\0asm`) and is not WebAssembly text either: build the handler as a component (e.g. `cargo build --target wasm32-wasip2`, `wharf handlers new`) and deploy the `.wasm` it writes (detail: {e:#})"
+                        )
+                    },
                 })?;
         let world_error = |e: wasmtime::Error| {
-            let mut reason = format!("{e:#}");
-            if !http && reason.contains("wasi:http/") {
-                reason.push_str(&format!(
-                    "; the handler uses outbound HTTP: list the origins it may call in [handlers.{name}] allowed_outbound_hosts"
-                ));
+            let detail = format!("{e:#}");
+            if !http && detail.contains("wasi:http/") {
+                return DeployError::NeedsOutboundHttp {
+                    path: path.to_path_buf(),
+                    name: name.to_string(),
+                    detail,
+                };
             }
             DeployError::World {
                 path: path.to_path_buf(),
-                reason,
+                reason: detail,
             }
         };
         let linker = if http {

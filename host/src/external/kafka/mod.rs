@@ -167,6 +167,20 @@ impl KafkaProvider {
         .expect("metadata task")
         .map_err(error)?;
         let existing: HashSet<&str> = metadata.topics().iter().map(|t| t.name()).collect();
+        for topic in metadata.topics() {
+            let Some(queue) = queues
+                .iter()
+                .find(|q| self.settings.topic(q) == topic.name())
+            else {
+                continue;
+            };
+            let partitions = topic.partitions().len();
+            if partitions != self.settings.partitions as usize {
+                tracing::warn!(provider = %self.name, queue = %queue, topic = topic.name(), partitions, "topic `{}` already exists with {partitions} partitions and is used as it is: `partitions = {}` of [providers.{}] applies only to topics the host creates", topic.name(), self.settings.partitions, self.name);
+            } else {
+                tracing::info!(provider = %self.name, queue = %queue, topic = topic.name(), partitions, "using existing topic");
+            }
+        }
         Ok(queues
             .iter()
             .map(|q| self.settings.topic(q))
