@@ -104,15 +104,19 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
             .context("creating the WebAssembly engine")?,
     );
     let dir = &config.host.handlers_dir;
-    let loaded = deploy::load_all(&registry, dir)
-        .await
+    let files = deploy::handler_files(dir)
         .with_context(|| format!("reading the handlers directory {}", dir.display()))?;
-    tracing::info!(dir = %dir.display(), handlers = loaded, "initial handlers loaded");
-    for (queue, q) in &config.queues {
-        if registry.get(&q.handler).is_none() {
-            tracing::warn!(queue = %queue, "handler `{}` is not deployed yet (expected {})", q.handler, dir.join(format!("{}.wasm", q.handler)).display());
+    // Compiled while the rest starts: the admin server answers and each queue runs as soon
+    // as its handler is ready, not after the slowest compile.
+    registry.set_loading(true);
+    let initial_load = tokio::spawn({
+        let registry = registry.clone();
+        async move {
+            let loaded = deploy::load(&registry, files).await;
+            registry.set_loading(false);
+            loaded
         }
-    }
+    });
 
     let shutdown = CancellationToken::new();
     let mut background = Vec::new();
@@ -209,6 +213,10 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
     let (settler, settler_task) = Settler::start(store.clone());
     let mut workers = Vec::new();
     for (name, queue_config) in &config.queues {
+        // A queue without a handler only holds what is enqueued into it.
+        let Some(handler) = queue_config.handler() else {
+            continue;
+        };
         let inbox = queue_config.inbox.as_ref().map(|settings| {
             let store = options.inbox_store.clone().unwrap_or_else(|| {
                 inboxes
@@ -245,6 +253,7 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
         let pipeline = |inbox: Option<InboxBinding>| Pipeline {
             name: Arc::from(name.as_str()),
             config: queue_config.clone(),
+            handler: Arc::from(handler),
             registry: registry.clone(),
             enqueuer: router.clone(),
             inbox,
@@ -301,6 +310,15 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
         )));
     }
     drop(settler);
+    let loaded = initial_load.await.unwrap_or(0);
+    tracing::info!(dir = %dir.display(), handlers = loaded, "initial handlers loaded");
+    for (queue, q) in &config.queues {
+        if let Some(handler) = q.handler()
+            && registry.get(handler).is_none()
+        {
+            tracing::warn!(queue = %queue, "handler `{handler}` is not deployed yet (expected {})", dir.join(format!("{handler}.wasm")).display());
+        }
+    }
     tracing::info!(queues = config.queues.len(), "host started");
     Ok(RunningHost {
         admin_addr,

@@ -36,6 +36,11 @@ pub enum ReplayError {
     /// The queue to replay is not configured.
     #[error("no queue `{0}` is configured")]
     NoQueue(String),
+    /// The queue has no handler to stand in for.
+    #[error(
+        "queue `{0}` has no handler: a replay runs the candidate as a queue's handler (set queues.{0}.handler)"
+    )]
+    NoHandler(String),
     /// The queue storage failed.
     #[error(transparent)]
     Store(#[from] QueueError),
@@ -179,10 +184,13 @@ impl Replayer {
                     key: message.key,
                     queue: message.queue.clone(),
                 })?;
+        let name = queue
+            .handler()
+            .ok_or_else(|| ReplayError::NoHandler(message.queue.clone()))?;
         let handler = self
-            .handler(&queue.handler)
+            .handler(name)
             .map_err(|reason| ReplayError::Candidate {
-                handler: queue.handler.clone(),
+                handler: name.to_string(),
                 reason,
             })?;
         let capture = Arc::new(Capture::default());

@@ -18,7 +18,10 @@ mkdirSync(shots, { recursive: true });
 
 const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] });
-const page = await browser.newPage({ viewport: { width: 1366, height: 800 } });
+// A locale and a time zone far from UTC: dates must still read as ISO 8601 in UTC.
+const page = await browser.newPage({
+  viewport: { width: 1366, height: 800 }, locale: "en-US", timezoneId: "America/New_York",
+});
 const problems = [];
 page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
 // A refused request shows in the console too: responses are checked below instead. The only
@@ -48,6 +51,24 @@ async function step(name, work) {
     process.exit(1);
   }
 }
+// ISO 8601 with an explicit zone (the CLI's format: UTC with milliseconds), and an age in words.
+const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{3})?(Z|[+-]\d{2}:\d{2})$/;
+const AGE = /^(just now|(in )?\d+ (s|min|h|d)( ago)?)$/;
+/** The ISO times (and ages) shown under `scope`; throws when one has another shape. */
+async function times(scope) {
+  const found = await page.$$eval(`${scope} .when`, (all) => all.map((w) => ({
+    text: w.querySelector("time").textContent, datetime: w.querySelector("time").getAttribute("datetime"),
+    age: w.querySelector("[data-age]").textContent,
+  })));
+  if (found.length === 0) throw new Error(`no time under ${scope}`);
+  for (const t of found) {
+    if (!ISO.test(t.text) || t.datetime !== t.text) throw new Error(`not ISO 8601 with a zone: ${JSON.stringify(t)}`);
+    if (!AGE.test(t.age)) throw new Error(`not an age: ${JSON.stringify(t)}`);
+  }
+  return found;
+}
+const activeNav = () => page.$$eval("[data-nav].active", (links) => links.map((l) => l.dataset.nav));
+const actions = (scope) => page.$$eval(`${scope} [data-action]`, (all) => all.map((b) => b.dataset.action));
 const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
 const timeout = { timeout: 15000 };
 
@@ -71,6 +92,26 @@ await step("the right token opens the overview with counts and health", async ()
   await page.waitForSelector("tr[data-check=sql_storage] .badge.ok", timeout);
   await page.waitForSelector("#health-badge.ok", timeout);
   report.processedRate = Number(await page.textContent("tr[data-queue=work] td[data-rate=processed]"));
+});
+
+await step("the overview draws each queue's processed, failed and depth since start", async () => {
+  // Points come from the host's sampling passes; the page refreshes every 5 s.
+  await page.waitForFunction(() => {
+    const work = document.querySelector("[data-chart=work] svg[data-points]");
+    const depth = document.querySelector("[data-chart=orders] [data-series=depth]");
+    return work && Number(work.dataset.points) >= 2 && depth && depth.dataset.last === "2";
+  }, null, { timeout: 20000 });
+  report.chart = await page.$eval("[data-chart=work] svg", (svg) => {
+    const series = (name) => svg.querySelector(`[data-series=${name}]`);
+    return {
+      points: Number(svg.dataset.points),
+      processedMax: Number(series("processed").dataset.max),
+      failedMax: Number(series("failed").dataset.max),
+      drawn: ["processed", "failed", "depth"].map((name) => (series(name).getAttribute("d").match(/[ML]/g) || []).length),
+    };
+  });
+  report.chart.ordersDepth = Number(await page.getAttribute("[data-chart=orders] [data-series=depth]", "data-last"));
+  report.sessionSince = (await times("tr[data-session=order-7]"))[0].text;
   await shot("02-overview");
 });
 
@@ -79,6 +120,10 @@ await step("the failed count opens the failed messages with their errors", async
   await page.waitForFunction(() => document.querySelectorAll("tr[data-key]").length === 3, null, timeout);
   report.failedKeys = await page.$$eval("tr[data-key]", (rows) => rows.map((r) => Number(r.dataset.key)));
   report.errors = await page.$$eval("tr[data-key] td.error", (cells) => cells.map((c) => c.textContent));
+  report.failedActions = await actions(`tr[data-key="${report.failedKeys[0]}"]`);
+  report.failedListNav = await activeNav();
+  report.failedRetryAll = await page.$$eval("[data-action=retry-all]", (all) => all.length);
+  report.listTimes = (await times("tbody")).map((t) => t.text);
   await shot("03-failed");
 });
 
@@ -99,6 +144,22 @@ await step("retry resubmits a failed message, which the fixed handler processes"
   }
   if (report.retriedStatus !== "processed") throw new Error(`still ${report.retriedStatus}`);
   await shot("04-retried");
+  // Processed after a failed attempt: the error is history, not the message's state.
+  report.retriedDetail = {
+    currentError: await page.$$eval("[data-error]", (all) => all.map((e) => e.textContent)),
+    earlierError: await page.$$eval("[data-earlier-error]", (all) => all.map((e) => e.textContent)),
+    earlierRed: await page.$$eval("[data-earlier-error]", (all) => all.some((e) => e.closest(".error") !== null)),
+    actions: await actions(".toolbar"),
+  };
+  await page.goto(`${base}#/messages?queue=work&status=processed`);
+  await page.waitForSelector(`tr[data-key="${key}"]`, timeout);
+  report.retriedRow = {
+    redErrors: await page.$$eval(`tr[data-key="${key}"] td.error`, (all) => all.length),
+    earlierError: await page.$$eval(`tr[data-key="${key}"] [data-earlier-error]`, (all) => all.map((e) => e.textContent)),
+    actions: await actions(`tr[data-key="${key}"]`),
+    retryAll: await page.$$eval("[data-action=retry-all]", (all) => all.length),
+  };
+  await shot("04b-processed-list");
   await page.goto(listing);
   await page.waitForFunction(() => document.querySelectorAll("tr[data-key]").length === 2, null, timeout);
 });
@@ -118,6 +179,10 @@ await step("the detail shows payload, error and history", async () => {
   report.detailPayload = JSON.parse(await page.textContent("pre[data-payload]"));
   report.detailError = await page.textContent("[data-error]");
   report.detailHistoryHeading = await page.isVisible("h2:text('History of this MessageId')");
+  report.detailNav = await activeNav();
+  const enqueued = await page.$eval("dt:text-is('Enqueued') + dd time", (t) => t.textContent);
+  report.detailEnqueued = { text: enqueued, ms: Date.parse(enqueued) };
+  await times("dl.fields");
   await shot("05-detail");
 });
 
@@ -135,6 +200,7 @@ await step("handlers and the deploy log, with the rejected file's reason", async
   await page.waitForSelector("tr[data-handler=export]", timeout);
   await page.waitForSelector("tr[data-deploy=rejected]", timeout);
   report.rejectedReason = await page.textContent("tr[data-deploy=rejected] td.error");
+  report.deployTimes = (await times("tr[data-deploy]")).map((t) => t.text);
   await shot("07-handlers");
 });
 
@@ -146,6 +212,8 @@ await step("a blocked session shows its blocker, and Complete settles its handof
   await shot("08-sessions");
   await page.click("tr[data-session=order-7] td:nth-child(2) a");
   await page.waitForSelector(`tr[data-key="${report.blockedBy}"] button[data-action=complete]`, timeout);
+  report.handedOffActions = await actions(`tr[data-key="${report.blockedBy}"]`);
+  report.parkedActions = await actions(`tr[data-key]:has([data-status=parked])`);
   await page.click(`tr[data-key="${report.blockedBy}"] button[data-action=complete]`);
   await page.waitForSelector(`#flash:text('Completed: message ${report.blockedBy}')`, timeout);
   await page.click("a[data-nav=overview]");

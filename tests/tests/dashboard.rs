@@ -2,9 +2,15 @@
 //! `cargo xtask test`): an operator opens it, is asked for the admin token, sees the queue's
 //! counts and health, lists the failed messages with their errors, retries one, deletes one,
 //! opens one with its payload and history, replays it against an uploaded candidate, looks at
-//! the handlers and the deploy log, and settles the handoff that blocks a session. Every action
-//! is checked against the store, and no page error, failed request or request to another
-//! origin may happen. Screenshots of each view are written to `target/screenshots/dashboard/`.
+//! the handlers and the deploy log, and settles the handoff that blocks a session. Along the
+//! way it checks what a user reads: a message processed after a failed attempt shows that
+//! error as an earlier attempt's (grey), not as its state, and offers no Retry; each status
+//! offers only the actions that make sense; a message opened from the Failed list keeps that
+//! tab highlighted; dates are ISO 8601 in UTC (the CLI's format) with their age, in a browser
+//! set to another locale and time zone; and each queue has a chart of processed and failed
+//! per second and depth, drawn from the host's in-memory history. Every action is checked
+//! against the store, and no page error, failed request or request to another origin may
+//! happen. Screenshots of each view are written to `target/screenshots/dashboard/`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -132,7 +138,7 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("the script's JSON report");
     assert_eq!(report["problems"], json!([]), "{report}");
-    assert_eq!(report["steps"].as_array().unwrap().len(), 11, "{report}");
+    assert_eq!(report["steps"].as_array().unwrap().len(), 12, "{report}");
 
     // The failed list showed exactly the three failures, newest first, with their errors.
     let mut newest_first = failing.clone();
@@ -170,6 +176,40 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
         "the retried message ran on the fix"
     );
     assert_eq!(report["retriedStatus"], json!("processed"));
+    // Processed after a failed attempt: no red "Last error", the old error shown as an
+    // earlier attempt's, and no Retry (on the detail and in the processed list).
+    let earlier = was.last_error.as_deref().expect("it failed before");
+    assert_eq!(
+        now.last_error.as_deref(),
+        Some(earlier),
+        "the store keeps the error"
+    );
+    let detail = &report["retriedDetail"];
+    assert_eq!(detail["currentError"], json!([]), "{report}");
+    assert_eq!(detail["earlierError"], json!([earlier]), "{report}");
+    assert_eq!(detail["earlierRed"], json!(false));
+    assert_eq!(detail["actions"], json!(["delete"]), "{report}");
+    let row = &report["retriedRow"];
+    assert_eq!(row["redErrors"], json!(0), "{report}");
+    assert_eq!(
+        row["earlierError"],
+        json!([format!("Earlier attempt failed: {earlier}")]),
+        "{report}"
+    );
+    assert_eq!(row["actions"], json!(["delete"]), "{report}");
+    assert_eq!(
+        row["retryAll"],
+        json!(0),
+        "no Retry all on a processed list"
+    );
+    assert_eq!(report["failedRetryAll"], json!(1));
+    // The other statuses offer what makes sense for them.
+    assert_eq!(report["failedActions"], json!(["retry", "delete"]));
+    assert_eq!(
+        report["handedOffActions"],
+        json!(["complete", "fail", "retry", "delete"])
+    );
+    assert_eq!(report["parkedActions"], json!(["delete"]));
     let deleted = report["deleted"].as_i64().unwrap();
     assert!(
         host.store.get(deleted).await.unwrap().is_none(),
@@ -185,6 +225,27 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     );
     assert_eq!(report["detailError"].as_str(), stored.last_error.as_deref());
     assert_eq!(report["detailHistoryHeading"], json!(true));
+
+    // Opened from the Failed list, the message keeps the Failed tab highlighted.
+    assert_eq!(report["failedListNav"], json!(["failed"]));
+    assert_eq!(report["detailNav"], json!(["failed"]), "{report}");
+
+    // Dates read as the CLI prints them: RFC 3339 in UTC with milliseconds, the same instant.
+    let enqueued = report["detailEnqueued"]["text"].as_str().unwrap_or("");
+    assert!(
+        enqueued.len() == 24 && enqueued.as_bytes()[10] == b'T' && enqueued.ends_with('Z'),
+        "{enqueued}"
+    );
+    assert_eq!(report["detailEnqueued"]["ms"], json!(stored.enqueued_at_ms));
+    for shown in [&report["listTimes"], &report["deployTimes"]] {
+        let shown = shown.as_array().expect("times were listed");
+        assert!(!shown.is_empty(), "{report}");
+        assert!(
+            shown
+                .iter()
+                .all(|t| t.as_str().is_some_and(|t| t.ends_with('Z')))
+        );
+    }
 
     // The candidate completes the message that failed; nothing changed in the store.
     assert_eq!(
@@ -208,10 +269,63 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     assert_eq!(settled.outcome.as_deref(), Some("handoff completed"));
     wait_status(&host, session[1], Status::Processed, T).await;
 
+    // Each queue's chart: points since the host started, with the failures and the messages
+    // processed before the browser looked, and the session's two unsettled messages as depth.
+    let chart = &report["chart"];
+    assert!(chart["points"].as_u64().unwrap_or(0) >= 2, "{report}");
+    assert!(
+        chart["processedMax"].as_f64().unwrap_or(0.0) > 0.0,
+        "{report}"
+    );
+    assert!(chart["failedMax"].as_f64().unwrap_or(0.0) > 0.0, "{report}");
+    assert_eq!(chart["ordersDepth"], json!(2), "{report}");
+    for drawn in chart["drawn"].as_array().unwrap() {
+        assert!(
+            drawn.as_u64().unwrap_or(0) >= 2,
+            "every series is drawn: {report}"
+        );
+    }
+    let kept = wharf_host::metrics::history::history("work");
+    assert!(
+        kept.len() <= wharf_host::metrics::history::MAX_POINTS,
+        "bounded"
+    );
+    let api = api_get(&host, "/api/v1/queues/work/history").await;
+    assert_eq!(api.0, 200, "{:?}", api.1);
+    assert_eq!(api.1["queue"], json!("work"));
+    assert_eq!(api.1["span_s"], json!(3600));
+    assert!(api.1["points"].as_array().is_some_and(|p| p.len() >= 2));
+    let unknown = api_get(&host, "/api/v1/queues/nope/history").await;
+    assert_eq!(unknown.0, 404, "{:?}", unknown.1);
+
     // The deploy log showed why `broken` was rejected.
     assert!(
         !report["rejectedReason"].as_str().unwrap_or("").is_empty(),
         "{report}"
     );
     host.shutdown().await;
+}
+
+/// `GET path` on the host's admin server with the token: the status and the JSON body.
+async fn api_get(host: &wharf_host::RunningHost, path: &str) -> (u16, Value) {
+    let url = format!("http://{}{path}", host.admin_addr);
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut response = agent
+            .get(&url)
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .call()
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    })
+    .await
+    .expect("the request task")
 }

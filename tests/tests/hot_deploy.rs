@@ -406,3 +406,31 @@ fn handlers_help_says_which_subcommand_asks_the_running_host() {
     assert!(line("list").contains("asks the running host"), "{stdout}");
     assert!(line("new").contains("needs no running host"), "{stdout}");
 }
+
+/// Handlers compile side by side: one that compiles in a fraction of a second serves before
+/// one that takes seconds, at start and on a hot deploy, whatever their names' order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_handler_does_not_wait_behind_a_slow_compile() {
+    let dir = TestDir::new();
+    // Python compiles for seconds; the Rust no-op in a fraction of one. Sorted by name, the
+    // slow one comes first.
+    dir.deploy_in("a-slow", Lang::Python, "flaky");
+    dir.deploy("b-quick", "noop");
+    let host = dir.start(CONFIG).await;
+    let order = |host: &wharf_host::RunningHost| -> Vec<String> {
+        let mut events = host.registry.deploys.recent();
+        events.reverse(); // oldest first
+        events.into_iter().map(|e| e.handler).collect()
+    };
+    assert_eq!(order(&host), ["b-quick", "a-slow"], "at start");
+    // A hot deploy of both at once: the same.
+    dir.deploy_in("c-slow", Lang::Python, "trap");
+    dir.deploy("d-quick", "trap");
+    wait_for(COMPILE_T, "both new handlers", || async {
+        (host.registry.get("c-slow").is_some() && host.registry.get("d-quick").is_some())
+            .then_some(())
+    })
+    .await;
+    assert_eq!(order(&host)[2..], ["d-quick", "c-slow"], "on a hot deploy");
+    host.shutdown().await;
+}

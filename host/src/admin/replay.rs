@@ -103,7 +103,7 @@ pub(super) async fn replay(
         ReplayError::NoMessage(_) | ReplayError::NoQueue(_) | ReplayError::UnknownQueue { .. } => {
             ApiError::not_found(e.to_string())
         }
-        ReplayError::Candidate { .. } => {
+        ReplayError::Candidate { .. } | ReplayError::NoHandler(_) => {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string())
         }
         ReplayError::Store(store) => store.into(),

@@ -7,7 +7,10 @@ use crate::config::Config;
 pub fn deployment_warnings(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
     for (queue, q) in &config.queues {
-        let file = config.host.handlers_dir.join(format!("{}.wasm", q.handler));
+        let Some(handler) = q.handler() else {
+            continue;
+        };
+        let file = config.host.handlers_dir.join(format!("{handler}.wasm"));
         if !file.exists() {
             out.push(format!(
                 "queues.{queue}.handler: {} does not exist yet; the queue waits until it is deployed",

@@ -1,5 +1,6 @@
 //! `wharf handlers new NAME --lang rust|js|python`: a handler project that builds with one
-//! command, with the WIT contract copied in.
+//! command, with the WIT contract copied in (and for Rust the `wharf-guest` SDK, so the
+//! project uses the API the docs show and builds outside this repository).
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +9,7 @@ use anyhow::{Context, bail};
 /// The languages a new handler project can be written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {
-    /// Rust with wit-bindgen (`cargo build --release`).
+    /// Rust with the `wharf-guest` SDK (`cargo build --release`).
     Rust,
     /// JavaScript with jco and the QuickJS engine (`npm install && npm run build`).
     Js,
@@ -34,6 +35,33 @@ fn files(lang: Lang) -> Vec<(&'static str, &'static str, bool)> {
             ),
             ("src/lib.rs", include_str!("templates/rust_lib.rs"), false),
             (".gitignore", "/target\n", false),
+            // The SDK the docs show, copied in: its bindings read `../wit`, the project's copy
+            // of the contract.
+            (
+                "wharf-guest/Cargo.toml",
+                include_str!("templates/rust_sdk_Cargo.toml"),
+                false,
+            ),
+            (
+                "wharf-guest/src/lib.rs",
+                include_str!("../../../guest-sdk/src/lib.rs"),
+                false,
+            ),
+            (
+                "wharf-guest/src/log.rs",
+                include_str!("../../../guest-sdk/src/log.rs"),
+                false,
+            ),
+            (
+                "wharf-guest/src/message.rs",
+                include_str!("../../../guest-sdk/src/message.rs"),
+                false,
+            ),
+            (
+                "wharf-guest/src/outbox.rs",
+                include_str!("../../../guest-sdk/src/outbox.rs"),
+                false,
+            ),
         ],
         Lang::Js => vec![
             (
@@ -136,6 +164,15 @@ mod tests {
             for (path, _, _) in files(lang) {
                 let text = std::fs::read_to_string(project.join(path)).unwrap();
                 assert!(!text.contains("{{name}}"), "{path}");
+            }
+            if lang == Lang::Rust {
+                // The SDK is in the project, its bindings pointed at the project's WIT.
+                let cargo = std::fs::read_to_string(project.join("Cargo.toml")).unwrap();
+                assert!(cargo.contains(r#"wharf-guest = { path = "wharf-guest" }"#));
+                let sdk = std::fs::read_to_string(project.join("wharf-guest/src/lib.rs")).unwrap();
+                assert!(sdk.contains(r#"path: "../wit""#), "{sdk}");
+                let lib = std::fs::read_to_string(project.join("src/lib.rs")).unwrap();
+                assert!(lib.contains("impl Handler for") && lib.contains("export_handler!"));
             }
             let again = write_project("greeter", lang, &project).unwrap_err();
             assert!(again.to_string().contains("not empty"), "{again}");

@@ -55,10 +55,10 @@ pub async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     headers.extend(["other", "processed/s", "failed/s"]);
     let mut queues = table(&headers);
     for q in &status.queues {
-        let handler = if q.handler_deployed {
-            q.handler.clone()
-        } else {
-            format!("{} (not deployed)", q.handler)
+        let handler = match &q.handler {
+            None => "(none: holds its messages)".to_string(),
+            Some(handler) if q.handler_deployed => handler.clone(),
+            Some(handler) => format!("{handler} (not deployed)"),
         };
         let storage = match &q.provider {
             Some(provider) => format!("{} ({provider})", q.storage),

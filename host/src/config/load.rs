@@ -125,15 +125,13 @@ impl Config {
     /// others leave, at most [`AUTO_CONCURRENCY`] and at least 1 (too little is then
     /// reported by the total check).
     fn resolve_concurrency(&mut self) {
-        let set: u64 = self
-            .queues
-            .values()
+        // A queue without a handler runs nothing: it takes no instances.
+        let running = || self.queues.values().filter(|q| q.handler.is_some());
+        let set: u64 = running()
             .filter_map(|q| q.concurrency_setting)
             .map(u64::from)
             .sum();
-        let auto = self
-            .queues
-            .values()
+        let auto = running()
             .filter(|q| q.concurrency_setting.is_none())
             .count() as u64;
         let share = (u64::from(self.host.max_instances).saturating_sub(set))
@@ -141,7 +139,10 @@ impl Config {
             .unwrap_or(0)
             .clamp(1, u64::from(AUTO_CONCURRENCY)) as u32;
         for queue in self.queues.values_mut() {
-            queue.concurrency = queue.concurrency_setting.unwrap_or(share);
+            queue.concurrency = match &queue.handler {
+                Some(_) => queue.concurrency_setting.unwrap_or(share),
+                None => 0,
+            };
         }
     }
 }
@@ -221,6 +222,28 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_without_a_handler_holds_its_messages_and_takes_no_instances() {
+        let c = parse(
+            "[host]\nmax_instances = 4\n[queues.a]\nhandler = \"h\"\nconcurrency = 4\n\
+             [queues.collected]\n[queues.b]\nhandler = \"h\"\nconcurrency = 0\n",
+        );
+        // `b` is still checked; the sink is not counted (a total of 4 fits).
+        assert!(c.is_err());
+        let c =
+            parse("[host]\nmax_instances = 4\n[queues.a]\nhandler = \"h\"\n[queues.collected]\n")
+                .unwrap();
+        assert_eq!(c.queues["collected"].handler(), None);
+        assert_eq!(c.queues["collected"].concurrency, 0);
+        assert_eq!(
+            c.queues["a"].concurrency, 4,
+            "the whole pool: the sink takes none"
+        );
+        let (key, reason) = key_error("[queues.collected]\nconcurrency = 2\n");
+        assert_eq!(key, "queues.collected.concurrency");
+        assert!(reason.contains("set queues.collected.handler"), "{reason}");
+    }
+
+    #[test]
     fn interpolates_environment() {
         let c = parse("[storage]\nurl = \"${DB}\"\n[host]\nhandlers_dir = \"${HD:-/srv/h}\"\n")
             .unwrap();
@@ -282,13 +305,6 @@ mod tests {
             reason.contains("`api.example.com`") && reason.contains("scheme is missing"),
             "{reason}"
         );
-    }
-
-    #[test]
-    fn missing_handler_is_named() {
-        let (key, reason) = key_error("[queues.orders]\nconcurrency = 2\n");
-        assert_eq!(key, "queues.orders");
-        assert!(reason.contains("missing field `handler`"), "{reason}");
     }
 
     #[test]

@@ -14,14 +14,18 @@ pub const AUTO_CONCURRENCY: u32 = 64;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueConfig {
-    /// Name of the handler component (`handlers_dir/NAME.wasm`).
-    pub handler: String,
+    /// Name of the handler component (`handlers_dir/NAME.wasm`); `None` for a queue that
+    /// only holds what is enqueued into it (read with the CLI or the API, or by another
+    /// system), which runs nothing.
+    #[serde(default)]
+    pub handler: Option<String>,
     /// `concurrency` as set in the file; unset means automatic (see `concurrency`).
     #[serde(default, rename = "concurrency")]
     pub concurrency_setting: Option<u32>,
     /// Most messages of this queue processed at once: the setting, or when it is unset an
     /// equal share of the instances `host.max_instances` leaves to the queues that do not
-    /// set it, at most [`AUTO_CONCURRENCY`]. Resolved when the configuration is loaded.
+    /// set it, at most [`AUTO_CONCURRENCY`]; 0 for a queue without a handler. Resolved when
+    /// the configuration is loaded.
     #[serde(skip)]
     pub concurrency: u32,
     /// Attempts before a message is failed (the first delivery counts).
@@ -141,10 +145,15 @@ impl QueueConfig {
         ByteSize::b(crate::queue::limits::DEFAULT_MAX_PAYLOAD)
     }
 
+    /// The handler that processes this queue, if it has one.
+    pub fn handler(&self) -> Option<&str> {
+        self.handler.as_deref()
+    }
+
     /// A queue bound to `handler` with every other key at its default.
     pub fn for_handler(handler: impl Into<String>) -> Self {
         QueueConfig {
-            handler: handler.into(),
+            handler: Some(handler.into()),
             concurrency_setting: None,
             concurrency: AUTO_CONCURRENCY,
             max_attempts: Self::default_max_attempts(),

@@ -107,9 +107,23 @@ impl Config {
         for (name, queue) in &self.queues {
             let key = |k: &str| format!("queues.{name}.{k}");
             check_name(file, &format!("queues.{name}"), name)?;
-            check_name(file, &key("handler"), &queue.handler)?;
+            match &queue.handler {
+                Some(handler) => check_name(file, &key("handler"), handler)?,
+                None if queue.concurrency_setting.is_some() => {
+                    return Err(ConfigError::key(
+                        file,
+                        key("concurrency"),
+                        format!(
+                            "the queue has no handler, so nothing runs there: set queues.{name}.handler, or remove concurrency"
+                        ),
+                    ));
+                }
+                None => {}
+            }
+            // A queue without a handler has no concurrency (0): nothing to check.
+            let concurrency = queue.concurrency.max(u32::from(queue.handler.is_none()));
             for (k, v) in [
-                ("concurrency", queue.concurrency),
+                ("concurrency", concurrency),
                 ("max_attempts", queue.max_attempts),
                 ("batch", queue.batch),
             ] {

@@ -222,7 +222,7 @@ pub(crate) async fn process<S: Source>(
     shared.call_time.observe(started.elapsed());
     let mut disposition = decide(&result, attempt, max, backoff);
     if let Err(e @ InvokeError::NoInstance(_)) = &result {
-        tracing::warn!(queue = %p.name, handler = %p.config.handler, delivery = %work.label, attempt, "{e}: the message goes back without counting the attempt (raise host.max_instances, or lower the concurrency of the queues that share it)");
+        tracing::warn!(queue = %p.name, handler = %p.handler, delivery = %work.label, attempt, "{e}: the message goes back without counting the attempt (raise host.max_instances, or lower the concurrency of the queues that share it)");
     }
     let outcome = match &result {
         Ok(Ok(Outcome::PendingHandoff)) => Some(PENDING_HANDOFF),
@@ -329,7 +329,7 @@ fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {
             Disposition::Release => MessageOutcome::Released,
         },
     );
-    let handler = &*p.config.handler;
+    let handler = &*p.handler;
     match disposition {
         Disposition::Complete => {
             tracing::debug!(%queue, handler, delivery = %label, attempt, "message processed")

@@ -152,6 +152,8 @@ pub struct Pipeline {
     pub name: Arc<str>,
     /// Its configuration.
     pub config: QueueConfig,
+    /// The handler that processes it (a queue without one has no pipeline).
+    pub handler: Arc<str>,
     /// Where its handler comes from.
     pub registry: Arc<HandlerRegistry>,
     /// What guest `enqueue` calls go to.
@@ -225,9 +227,10 @@ impl Pipeline {
             if shutdown.is_cancelled() {
                 break;
             }
-            let Some(handler) = p.registry.get(&p.config.handler) else {
-                if !waiting_logged {
-                    tracing::warn!(queue = %p.name, handler = %p.config.handler, "handler is not deployed: messages wait until it is");
+            let Some(handler) = p.registry.get(&p.handler) else {
+                // Still compiling at start: not worth a warning yet.
+                if !waiting_logged && !p.registry.loading() {
+                    tracing::warn!(queue = %p.name, handler = %p.handler, "handler is not deployed: messages wait until it is");
                     waiting_logged = true;
                 }
                 // Nothing runs them now: received ahead, they go back to the source.

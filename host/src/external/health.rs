@@ -91,6 +91,14 @@ impl ProviderHealth {
         }
     }
 
+    /// A provider whose queues all have no handler: published to, never consumed here.
+    pub fn holding(provider: &str) -> Self {
+        let health = Self::idle(provider);
+        health.state.lock().expect("health state").detail =
+            "its queues have no handler: they are published to and never consumed here".into();
+        health
+    }
+
     /// The readiness bridge works (`detail` says how).
     pub fn succeeded(&self, detail: &str) {
         let mut state = self.state.lock().expect("health state");

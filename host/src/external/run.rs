@@ -1,7 +1,8 @@
 //! Starting the external machinery of a host: for every provider that serves a queue, its
 //! declarations, its readiness bridge (with the `external_queue_readiness_{provider}` health
 //! check) and its own background tasks; the reconciliation pass; and the wake-up signal of
-//! each external queue.
+//! each external queue. A queue without a handler is declared and kept (its provider's
+//! background tasks include it) but never consumed: no bridge reads its readiness.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,7 +49,10 @@ pub async fn start(
     health: &HealthRegistry,
     shutdown: &CancellationToken,
 ) -> Result<ExternalRuntime, (String, ProviderError)> {
-    let queues = external_queues(config);
+    // Queues with a handler are consumed; the others only hold what is published to them.
+    let (queues, held): (Vec<_>, Vec<_>) = external_queues(config)
+        .into_iter()
+        .partition(|(q, _)| config.queues[q].handler.is_some());
     let wakes: BTreeMap<String, Arc<Notify>> = queues
         .iter()
         .map(|(q, _)| (q.clone(), Arc::new(Notify::new())))
@@ -63,19 +67,40 @@ pub async fn start(
     let mut states = BTreeMap::new();
     for (name, provider) in providers.iter() {
         let check = format!("external_queue_readiness_{name}");
-        let mine: Vec<String> = queues
-            .iter()
-            .filter(|(_, p)| p == name)
-            .map(|(q, _)| q.clone())
-            .collect();
+        let of_provider = |queues: &[(String, String)]| -> Vec<String> {
+            queues
+                .iter()
+                .filter(|(_, p)| p == name)
+                .map(|(q, _)| q.clone())
+                .collect()
+        };
+        let (mine, sinks) = (of_provider(&queues), of_provider(&held));
+        let failed = |e| (name.clone(), e);
+        let all: Vec<String> = mine.iter().chain(&sinks).cloned().collect();
         if mine.is_empty() {
-            health.register(check, Arc::new(ProviderHealth::idle(name)));
+            let idle = if sinks.is_empty() {
+                ProviderHealth::idle(name)
+            } else {
+                ProviderHealth::holding(name)
+            };
+            health.register(check, Arc::new(idle));
+            if !sinks.is_empty() {
+                // Declared so that publications have somewhere to go; a broker that does not
+                // answer yet is declared by the first publication.
+                match provider.prepare(&sinks).await {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Timeout) => {
+                        tracing::info!(provider = %name, "the broker does not answer yet: {e}");
+                    }
+                    Err(e) => return Err(failed(e)),
+                }
+                tasks.extend(provider.background(&sinks, shutdown.clone()));
+            }
             continue;
         }
-        let failed = |e| (name.clone(), e);
         // A declaration the broker refuses stops start-up; a broker that does not answer yet
         // is prepared by the bridge task once it does.
-        let prepared = match provider.prepare(&mine).await {
+        let prepared = match provider.prepare(&all).await {
             Ok(()) => true,
             Err(e) if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Timeout) => {
                 tracing::info!(provider = %name, "the broker does not answer yet; its queues start when it does: {e}");
@@ -103,7 +128,7 @@ pub async fn start(
             config.external.probe_interval,
             shutdown.clone(),
         )));
-        tasks.extend(provider.background(&mine, shutdown.clone()));
+        tasks.extend(provider.background(&all, shutdown.clone()));
     }
     let reconciled: Vec<ReconciledQueue> = queues
         .iter()

@@ -1,15 +1,18 @@
 //! Prometheus metrics, served by the admin server on `/metrics`: what happened to messages,
 //! how long handlers and instantiation took, enqueue→settled latency, deploys, inbox work,
 //! and gauges (queue depth by status, external depth, health) sampled by a background task,
-//! never computed per scrape; and recent rates per queue ([`rates`]) for the API. Labels are
+//! never computed per scrape; recent rates per queue ([`rates`]) for the API, and the last
+//! hour of rates and depth per queue ([`history`]) for the dashboard's charts. Labels are
 //! bounded: queue, provider, endpoint and health-check names from the configuration, handler
 //! names from the handlers directory, and fixed outcome/status words — never message ids.
 //! The README lists every metric.
 
 pub mod counts;
 mod handles;
+pub mod history;
 mod rates;
 
+pub use history::Point;
 pub use rates::{Rates, rates};
 
 use std::collections::{BTreeSet, HashMap};
@@ -216,7 +219,8 @@ pub struct Sampled {
 
 /// Refresh the gauges every `interval` until `shutdown`: `wharf_queue_messages` (SQL counts
 /// by status), `wharf_external_messages` (where the provider can tell) and
-/// `wharf_health_ready`. One count per queue per interval, whatever the scrape rate.
+/// `wharf_health_ready`, and append each queue's point to its [`history`]. One count per
+/// queue per interval, whatever the scrape rate.
 pub async fn run_sampler(sampled: Sampled, interval: Duration, shutdown: CancellationToken) {
     let mut seen = HashMap::new();
     loop {
@@ -259,10 +263,14 @@ const STATUSES: [&str; 6] = [
 async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>) {
     rates::snapshot();
     for (queue, external) in &sampled.queues {
+        let at_ms = crate::queue::now_ms();
+        let totals = rates::totals(queue);
+        let mut depth = None;
         match tokio::time::timeout(SAMPLE_TIMEOUT, sampled.store.counts(queue)).await {
             Err(_) => tracing::debug!(%queue, "sampling the queue's counts timed out"),
             Ok(Err(e)) => tracing::debug!(%queue, "sampling the queue's counts failed: {e}"),
             Ok(Ok(counts)) => {
+                depth = Some(history::depth(&counts));
                 counts::record(queue, counts.clone());
                 let statuses = seen.entry(queue.clone()).or_default();
                 statuses.extend(STATUSES.iter().map(|s| s.to_string()));
@@ -286,35 +294,16 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
                 });
             }
         }
-        let Some((name, provider)) = external else {
-            continue;
-        };
-        if !provider.capabilities().depth {
-            continue;
+        if let Some((name, provider)) = external {
+            // An external queue's depth is what its provider holds plus what moved into SQL;
+            // unknown when the provider cannot tell.
+            let held = match provider.capabilities().depth {
+                true => external_depth(queue, name, provider.as_ref()).await,
+                false => None,
+            };
+            depth = depth.zip(held).map(|(sql, held)| sql + held);
         }
-        match tokio::time::timeout(SAMPLE_TIMEOUT, provider.depth(queue)).await {
-            Err(_) => {
-                tracing::debug!(%queue, provider = %name, "sampling the external depth timed out")
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(%queue, provider = %name, "sampling the external depth failed: {e}")
-            }
-            Ok(Ok(depth)) => {
-                for (state, n) in [
-                    ("ready", depth.ready),
-                    ("delayed", depth.delayed),
-                    ("in_flight", depth.in_flight),
-                ] {
-                    metrics::gauge!(
-                        "wharf_external_messages",
-                        "queue" => queue.clone(),
-                        "provider" => name.clone(),
-                        "state" => state
-                    )
-                    .set(n as f64);
-                }
-            }
-        }
+        history::record(queue, at_ms, totals, depth);
     }
     let Ok((_, checks)) = tokio::time::timeout(SAMPLE_TIMEOUT, sampled.health.report()).await
     else {
@@ -327,5 +316,36 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
         } else {
             0.0
         });
+    }
+}
+
+/// Sample an external queue's depth into `wharf_external_messages`; its total, unless the
+/// provider did not answer.
+async fn external_depth(queue: &str, name: &str, provider: &dyn Provider) -> Option<u64> {
+    match tokio::time::timeout(SAMPLE_TIMEOUT, provider.depth(queue)).await {
+        Err(_) => {
+            tracing::debug!(%queue, provider = %name, "sampling the external depth timed out");
+            None
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(%queue, provider = %name, "sampling the external depth failed: {e}");
+            None
+        }
+        Ok(Ok(depth)) => {
+            for (state, n) in [
+                ("ready", depth.ready),
+                ("delayed", depth.delayed),
+                ("in_flight", depth.in_flight),
+            ] {
+                metrics::gauge!(
+                    "wharf_external_messages",
+                    "queue" => queue.to_string(),
+                    "provider" => name.to_string(),
+                    "state" => state
+                )
+                .set(n as f64);
+            }
+            Some(depth.ready + depth.delayed + depth.in_flight)
+        }
     }
 }

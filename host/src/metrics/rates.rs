@@ -1,7 +1,8 @@
 //! Recent rates per queue (processed and failed messages per second over the last minute),
 //! for the message API and `wharf status`. Every outcome bumps a running total; the gauge
 //! sampler snapshots the totals, and a rate is the difference between the newest snapshot
-//! (or now) and the oldest one within the window.
+//! (or now) and the oldest one within the window. The same totals feed the per-queue history
+//! the dashboard charts ([`super::history`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, OnceLock};
@@ -12,11 +13,13 @@ use serde::{Deserialize, Serialize};
 /// How far back a rate looks.
 pub const WINDOW: Duration = Duration::from_secs(60);
 
-/// Running totals of one queue.
+/// Running totals of one queue since the host started.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Totals {
-    processed: u64,
-    failed: u64,
+pub(super) struct Totals {
+    /// Messages processed.
+    pub processed: u64,
+    /// Messages failed for good.
+    pub failed: u64,
 }
 
 #[derive(Default)]
@@ -66,6 +69,12 @@ pub(super) fn snapshot() {
     {
         t.snapshots.pop_front();
     }
+}
+
+/// The running totals of `queue` (zero before its first outcome).
+pub(super) fn totals(queue: &str) -> Totals {
+    let t = tracker().lock().expect("rate tracker");
+    t.totals.get(queue).copied().unwrap_or_default()
 }
 
 /// The recent rates of `queue` (zero until a snapshot at least a second old exists).

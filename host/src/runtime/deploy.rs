@@ -1,6 +1,6 @@
 //! Hot deploy: load every `NAME.wasm` in the handlers directory at start, then watch it.
 //! A changed file is compiled off the async threads after a quiet period (debounce) and
-//! swapped in; a file that fails is logged with its reason while the previous version keeps
+//! swapped in, several files at once (one per core); a file that fails is logged with its reason while the previous version keeps
 //! serving; a removed file stops new dispatch to that handler (its messages stay pending).
 //!
 //! Deploy atomically by writing elsewhere and renaming: `cp new.wasm handlers/.x.tmp &&
@@ -18,21 +18,36 @@ use tokio_util::sync::CancellationToken;
 use super::deploy_log::DeployResult;
 use super::registry::{HandlerRegistry, LoadOutcome, Origin};
 
-/// Load every handler file in `dir` (creating `dir` if missing). Failures are logged.
-pub async fn load_all(registry: &Arc<HandlerRegistry>, dir: &Path) -> std::io::Result<usize> {
+/// The handler files in `dir` (creating `dir` if missing), for [`load`].
+pub fn handler_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| HandlerRegistry::name_of(p).is_some())
         .collect();
     files.sort();
-    let mut loaded = 0;
-    for path in files {
-        if apply(registry, path).await {
-            loaded += 1;
-        }
-    }
-    Ok(loaded)
+    Ok(files)
+}
+
+/// Load `files` (a few at a time, one compile per core, so a handler that compiles in a
+/// fraction of a second does not wait behind one that takes many). Failures are logged;
+/// returns how many serve.
+pub async fn load(registry: &Arc<HandlerRegistry>, files: Vec<PathBuf>) -> usize {
+    apply_all(registry, files).await
+}
+
+async fn apply_all(
+    registry: &Arc<HandlerRegistry>,
+    paths: impl IntoIterator<Item = PathBuf>,
+) -> usize {
+    use futures_util::StreamExt;
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    futures_util::stream::iter(paths)
+        .map(|path| apply(registry, path))
+        .buffer_unordered(cores)
+        .filter(|serving| std::future::ready(*serving))
+        .count()
+        .await
 }
 
 /// Whether a watch event can mean the file's content or presence changed. Opening and
@@ -105,9 +120,7 @@ pub fn watch(
                     }
                 }
                 _ = async { tokio::select! { _ = quiet => {}, _ = longest => {} } }, if !changed.is_empty() => {
-                    for path in std::mem::take(&mut changed) {
-                        apply(&registry, path).await;
-                    }
+                    apply_all(&registry, std::mem::take(&mut changed)).await;
                 }
             }
         }

@@ -151,6 +151,8 @@ pub struct HandlerRegistry {
     engine: Engine,
     /// Instances given back to the engine's pool.
     returns: Arc<InstanceReturns>,
+    /// Whether the handlers found at start are still being compiled.
+    loading: std::sync::atomic::AtomicBool,
     linker: Linker<HostState>,
     /// The linker of handlers with `allowed_outbound_hosts`: adds `wasi:http`.
     http_linker: Linker<HostState>,
@@ -179,6 +181,7 @@ impl HandlerRegistry {
             _ticker: EpochTicker::start(engine.clone()),
             engine,
             returns: Arc::default(),
+            loading: Default::default(),
             linker,
             http_linker,
             config,
@@ -211,6 +214,21 @@ impl HandlerRegistry {
         all
     }
 
+    /// Whether the handlers found at start are still being compiled (a handler missing now
+    /// may still come).
+    pub fn loading(&self) -> bool {
+        self.loading.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Mark the start-up compile as under way or done (done wakes the subscribers).
+    pub fn set_loading(&self, loading: bool) {
+        self.loading
+            .store(loading, std::sync::atomic::Ordering::SeqCst);
+        if !loading {
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
     /// A receiver that changes whenever a handler is deployed or removed.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
@@ -218,7 +236,10 @@ impl HandlerRegistry {
 
     /// Whether a configured queue runs handler `name`.
     pub fn serves_a_queue(&self, name: &str) -> bool {
-        self.config.queues.values().any(|q| q.handler == name)
+        self.config
+            .queues
+            .values()
+            .any(|q| q.handler() == Some(name))
     }
 
     /// The configuration file the registry was made from.

@@ -1,7 +1,8 @@
-//! The message API under `/api/v1/`: queues with their counts by status, messages filtered
-//! by queue, status, MessageId and session with cursor pagination, blocked sessions, one message with its history,
-//! retry / move / delete (one message, or every message of a queue in a status), the
-//! deployed handlers and the deploy log. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
+//! The message API under `/api/v1/`: queues with their counts by status and their last hour
+//! of rates and depth, messages filtered by queue, status, MessageId and session with cursor
+//! pagination, blocked sessions, one message with its history, retry / move / delete (one
+//! message, or every message of a queue in a status), the deployed handlers and the deploy
+//! log. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 mod commands;
 mod error;
+mod history;
 mod sessions;
 
 pub use self::commands::{BulkChanged, Changed};
@@ -21,6 +23,7 @@ use self::commands::{delete, delete_all, move_all, move_to, retry, retry_all};
 pub use self::error::ApiError;
 pub(crate) use self::error::Params;
 use self::error::{ApiResult, Key};
+pub use self::history::QueueHistory;
 use super::AppState;
 use crate::queue::{HistoryEntry, MessageFilter, Status, StoredMessage};
 
@@ -34,6 +37,7 @@ pub const MAX_BULK: u32 = 1000;
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/queues", get(queues))
+        .route("/queues/{queue}/history", get(history::queue_history))
         .route("/messages", get(messages).delete(delete_all))
         .route("/messages/retry", post(retry_all))
         .route("/messages/move", post(move_all))
@@ -64,8 +68,8 @@ pub(super) fn routes() -> Router<AppState> {
 pub struct QueueInfo {
     /// Queue name.
     pub name: String,
-    /// The handler bound to it.
-    pub handler: String,
+    /// The handler bound to it (`null` for a queue that only holds its messages).
+    pub handler: Option<String>,
     /// Whether that handler is deployed now.
     pub handler_deployed: bool,
     /// `sql` or `external`.
@@ -97,7 +101,9 @@ async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
         out.push(QueueInfo {
             name: name.clone(),
             handler: queue.handler.clone(),
-            handler_deployed: state.registry.get(&queue.handler).is_some(),
+            handler_deployed: queue
+                .handler()
+                .is_some_and(|handler| state.registry.get(handler).is_some()),
             storage: format!("{:?}", queue.storage).to_lowercase(),
             provider: queue.provider.clone(),
             counts: counts

@@ -38,9 +38,40 @@ function flash(text, bad) {
   flash.timer = setTimeout(() => { el.hidden = true; }, 5000);
 }
 
-function time(ms) {
-  if (ms === null || ms === undefined) return "–";
-  return new Date(ms).toLocaleString();
+const pad = (n) => String(n).padStart(2, "0");
+
+/** `ms` in the browser's time zone as ISO 8601 with its explicit offset (for tooltips). */
+function localIso(ms) {
+  const d = new Date(ms);
+  const offset = -d.getTimezoneOffset();
+  const sign = offset < 0 ? "-" : "+";
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:` +
+    `${pad(d.getMinutes())}:${pad(d.getSeconds())}${sign}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
+}
+
+/** How long ago (or how far ahead) `ms` is, in words: "3 min ago", "in 12 s". */
+function ago(ms) {
+  const delta = Date.now() - ms;
+  const s = Math.abs(delta) / 1000;
+  if (s < 1) return "just now";
+  const text = s < 90 ? `${Math.round(s)} s` : s < 90 * 60 ? `${Math.round(s / 60)} min`
+    : s < 48 * 3600 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86400)} d`;
+  return delta >= 0 ? `${text} ago` : `in ${text}`;
+}
+
+/**
+ * A time as the CLI prints it, ISO 8601 in UTC ("2026-06-12T01:04:44.123Z"; the browser's
+ * locale plays no part), with its age beside it and the local time with its offset as a
+ * tooltip. `value` is ms since the epoch or an RFC 3339 string.
+ */
+function time(value) {
+  if (value === null || value === undefined || value === "") return "–";
+  const ms = typeof value === "number" ? value : Date.parse(value);
+  if (Number.isNaN(ms)) return String(value);
+  const text = typeof value === "string" && value.endsWith("Z") ? value : new Date(ms).toISOString();
+  return h("span", { class: "when" },
+    h("time", { datetime: text, title: `${localIso(ms)} in this browser's time zone` }, text),
+    h("span", { class: "age", "data-age": "" }, ago(ms)));
 }
 
 /** How long ago the oldest of the queues' counts was taken, in words. */
@@ -60,11 +91,125 @@ function statusBadge(status) {
   return h("span", { class: `badge ${kind || ""}`, "data-status": status }, status);
 }
 
+/** Whether `error` is the message's state: it failed, or it waits to run again after failing
+ * (pending or sleeping with attempts made). Otherwise the error is an earlier attempt's: the
+ * message was retried and processed, resubmitted by an operator, parked, moved, … */
+function errorIsCurrent(status, attempts) {
+  return status === "failed" || ((status === "pending" || status === "sleeping") && attempts !== 0);
+}
+
+/** A list's error cell: red when the error is the message's state, grey when it is history. */
+function errorCell(status, attempts, error) {
+  if (!error) return h("td", {});
+  if (errorIsCurrent(status, attempts)) return h("td", { class: "clip error", title: error }, error);
+  return h("td", { class: "clip muted", title: error, "data-earlier-error": "" }, `Earlier attempt failed: ${error}`);
+}
+
+/** The current view's tab; links to a message carry it, so the message keeps it highlighted. */
+let currentNav = "overview";
+const NAVS = ["overview", "failed", "messages", "handlers"];
+
+function messageHref(key) {
+  return `#/message/${key}?from=${currentNav}`;
+}
+
 function table(headers, rows, empty) {
   if (rows.length === 0) return h("p", { class: "muted" }, empty);
   return h("table", {},
     h("thead", {}, h("tr", {}, headers.map((c) => h("th", { class: c.num ? "num" : null }, c.label || c)))),
     h("tbody", {}, rows));
+}
+
+// ---- Charts ----------------------------------------------------------------------------
+
+// The namespace URI names SVG elements; nothing is fetched from it.
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** An SVG element with attributes and children (strings become text). */
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value !== undefined && value !== null) el.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child !== undefined && child !== null) el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+/** A round upper bound for a scale: 1, 2, 2.5 or 5 times a power of ten (1 for all zeros). */
+function niceMax(values) {
+  const max = values.reduce((a, b) => Math.max(a, b), 0);
+  if (max <= 0) return 1;
+  const power = 10 ** Math.floor(Math.log10(max));
+  return [1, 2, 2.5, 5, 10].map((m) => m * power).find((m) => m >= max);
+}
+
+/** An SVG path through the points of one series; a missing value (depth not counted) breaks it. */
+function seriesPath(points, x, y, value) {
+  let d = "";
+  let pen = false;
+  for (const p of points) {
+    const v = value(p);
+    if (v === null || v === undefined) { pen = false; continue; }
+    d += `${pen ? "L" : "M"}${x(p.at_ms).toFixed(1)},${y(v).toFixed(1)}`;
+    pen = true;
+  }
+  return d;
+}
+
+const CHART = { width: 420, height: 156, left: 46, right: 8, rates: [8, 72], depth: [92, 132], axis: 150 };
+
+/** One queue's card: processed and failed per second above, depth below, over the kept history. */
+function chartCard(queue, history) {
+  const points = history ? history.points : [];
+  const card = h("div", { class: "card chart", "data-chart": queue }, h("h3", {}, queue));
+  if (points.length === 0) {
+    card.append(h("p", { class: "muted" }, history ? "No samples yet." : "History unavailable."));
+    return card;
+  }
+  const last = points[points.length - 1];
+  const t0 = points[0].at_ms;
+  const t1 = Math.max(last.at_ms, t0 + history.interval_ms);
+  const { width, left, right } = CHART;
+  const x = (at) => left + ((at - t0) / (t1 - t0)) * (width - left - right);
+  const panel = ([top, bottom], max) => (v) => bottom - (v / max) * (bottom - top);
+  const rateValues = points.flatMap((p) => [p.processed_per_s, p.failed_per_s]);
+  const depths = points.map((p) => p.depth).filter((d) => d !== null && d !== undefined);
+  const rateMax = niceMax(rateValues);
+  const depthMax = niceMax(depths);
+  const yRate = panel(CHART.rates, rateMax);
+  const yDepth = panel(CHART.depth, depthMax);
+  const series = (name, y, value, values) => svg("path", {
+    class: `series ${name}`, "data-series": name, d: seriesPath(points, x, y, value),
+    "data-max": values.reduce((a, b) => Math.max(a, b), 0), "data-last": value(last) ?? "",
+  });
+  const gridline = (y) => svg("line", { class: "grid", x1: left, x2: width - right, y1: y, y2: y });
+  const label = (text, y, anchor) => svg("text", { x: anchor === "end" ? left - 4 : left, y, "text-anchor": anchor || "start" }, text);
+  const spanText = `${points.length} samples since ${new Date(t0).toISOString()}`;
+  const drawing = svg("svg", {
+    viewBox: `0 0 ${width} ${CHART.height}`, role: "img", "data-points": points.length,
+    "aria-label": `${queue}: processed and failed per second, and depth; ${spanText}`,
+  },
+  svg("title", {}, spanText),
+  gridline(CHART.rates[0]), gridline(CHART.rates[1]), gridline(CHART.depth[0]), gridline(CHART.depth[1]),
+  label(`${Number(rateMax.toPrecision(3))}/s`, CHART.rates[0] + 4, "end"), label("0", CHART.rates[1] + 3, "end"),
+  label(String(depthMax), CHART.depth[0] + 4, "end"), label("0", CHART.depth[1] + 3, "end"),
+  series("processed", yRate, (p) => p.processed_per_s, rateValues.filter((_, n) => n % 2 === 0)),
+  series("failed", yRate, (p) => p.failed_per_s, rateValues.filter((_, n) => n % 2 === 1)),
+  series("depth", yDepth, (p) => p.depth, depths),
+  svg("text", { x: width - right, y: CHART.rates[0] + 10, "text-anchor": "end", class: "panel" }, "messages/s"),
+  svg("text", { x: width - right, y: CHART.depth[0] + 10, "text-anchor": "end", class: "panel" }, "depth"),
+  svg("text", { x: left, y: CHART.axis }, ago(t0)),
+  svg("text", { x: width - right, y: CHART.axis, "text-anchor": "end" }, ago(t1)));
+  const latest = (name, text) => h("span", { class: `legend ${name}` }, h("i", {}), text);
+  card.append(
+    h("div", { class: "legends" },
+      latest("processed", `processed/s ${rate(last.processed_per_s)}`),
+      latest("failed", `failed/s ${rate(last.failed_per_s)}`),
+      latest("depth", `depth ${last.depth ?? "unknown"}`)),
+    drawing);
+  return card;
 }
 
 // ---- API -------------------------------------------------------------------------------
@@ -105,12 +250,15 @@ async function healthBadge() {
 
 async function overview() {
   const [queues, report, blocked] = await Promise.all([api("/queues"), healthBadge(), api("/sessions?limit=50")]);
+  const histories = await Promise.all(queues.map((q) => api(`/queues/${encodeURIComponent(q.name)}/history`)
+    .catch((e) => { if (e instanceof Unauthorized) throw e; return null; })));
   const rows = queues.map((q) => {
     const counts = Object.entries(q.counts);
     return h("tr", { "data-queue": q.name },
       h("td", {}, h("a", { href: `#/messages?queue=${encodeURIComponent(q.name)}` }, q.name)),
       h("td", {}, q.storage === "external" ? `external (${q.provider})` : "sql"),
-      h("td", {}, q.handler, " ", q.handler_deployed ? null : h("span", { class: "badge bad" }, "not deployed")),
+      h("td", {}, q.handler ? [q.handler, " ", q.handler_deployed ? null : h("span", { class: "badge bad" }, "not deployed")]
+        : h("span", { class: "muted" }, "none")),
       h("td", {}, h("div", { class: "chips" }, counts.length === 0 ? h("span", { class: "muted" }, "empty") :
         counts.map(([status, n]) => h("a", {
           class: `badge ${status === "failed" ? "bad" : status === "processed" ? "ok" : ""}`,
@@ -130,16 +278,18 @@ async function overview() {
     table(["Queue", "Storage", "Handler", "Messages by status", { label: "Processed/s", num: true },
       { label: "Failed/s", num: true }], rows, "No queues are configured."),
     h("p", { class: "muted" }, `Counts taken ${age(queues)}; rates are per second over the last minute. Refreshes every 5 s.`),
+    h("h2", {}, "Since the host started (last hour at most)"),
+    queues.length === 0 ? null : h("div", { class: "charts" }, queues.map((q, n) => chartCard(q.name, histories[n]))),
     h("h2", {}, "Blocked sessions"),
     table(["Queue", "Session", { label: "Blocked by", num: true }, "Status", { label: "Parked", num: true }, "Since", "Error"],
       blocked.map((b) => h("tr", { "data-session": b.session },
         h("td", {}, b.queue),
         h("td", {}, h("a", { href: `#/messages?queue=${encodeURIComponent(b.queue)}&session=${encodeURIComponent(b.session)}` }, b.session)),
-        h("td", { class: "num" }, h("a", { href: `#/message/${b.blocked_by_key}` }, b.blocked_by_key)),
+        h("td", { class: "num" }, h("a", { href: messageHref(b.blocked_by_key) }, b.blocked_by_key)),
         h("td", {}, statusBadge(b.status)),
         h("td", { class: "num" }, b.parked),
         h("td", { class: "muted" }, time(b.since_ms)),
-        h("td", { class: "clip error", title: b.last_error || "" }, b.last_error || ""))),
+        errorCell(b.status, undefined, b.last_error))),
       "No session is blocked."),
     h("h2", {}, "Health"),
     table(["Check", "State", "Detail"], checks, "No health checks are registered.")];
@@ -156,13 +306,16 @@ function messageActions(m, after) {
       flash(`${what} failed: ${e.message}`, true);
     }
   };
-  const handedOff = m.status === "handed-off";
-  return h("div", { class: "actions" },
-    handedOff ? h("button", {
+  const offered = actionsFor(m.status);
+  if (offered.length === 0) {
+    return h("div", { class: "actions muted", title: "The API refuses changes while a message runs" }, "running");
+  }
+  const buttons = {
+    complete: () => h("button", {
       "data-action": "complete",
       onclick: () => act("Completed", () => api(`/messages/${m.key}/complete`, { method: "POST" })),
-    }, "Complete") : null,
-    handedOff ? h("button", {
+    }, "Complete"),
+    fail: () => h("button", {
       class: "danger", "data-action": "fail",
       onclick: () => {
         const error = prompt(`Settle message ${m.key} as failed — why?`, "the handoff failed");
@@ -172,19 +325,39 @@ function messageActions(m, after) {
           }));
         }
       },
-    }, "Fail") : null,
-    h("button", {
-      "data-action": "retry", disabled: m.status === "processing",
+    }, "Fail"),
+    retry: () => h("button", {
+      "data-action": "retry", title: "Run it again now as a new delivery, attempts reset",
       onclick: () => act("Retried", () => api(`/messages/${m.key}/retry`, { method: "POST" })),
     }, "Retry"),
-    h("button", {
-      class: "danger", "data-action": "delete", disabled: m.status === "processing",
+    delete: () => h("button", {
+      class: "danger", "data-action": "delete",
       onclick: () => {
-        if (confirm(`Delete message ${m.key}? This cannot be undone.`)) {
+        const what = m.status === "processed" ? `the record of processed message ${m.key}` : `message ${m.key}`;
+        if (confirm(`Delete ${what}? This cannot be undone.`)) {
           act("Deleted", () => api(`/messages/${m.key}`, { method: "DELETE" }));
         }
       },
-    }, "Delete"));
+    }, "Delete"),
+  };
+  return h("div", { class: "actions" }, offered.map((action) => buttons[action]()));
+}
+
+/**
+ * The actions offered on a message in `status`. The API refuses retry and delete only while a
+ * message runs (processing, awaiting release); of the rest, Retry is offered where running
+ * the message again is what an operator wants — it failed, waits for a retry (sleeping: run
+ * it now), was set aside in a custom status, or is a handed-off session blocker — and not on
+ * a processed message (it succeeded), a pending one (it runs anyway) or a parked one (it runs
+ * when its session is unblocked). Delete is offered on every message the API may delete.
+ */
+function actionsFor(status) {
+  switch (status) {
+    case "processing": case "awaiting-release": return [];
+    case "handed-off": return ["complete", "fail", "retry", "delete"];
+    case "processed": case "pending": case "parked": return ["delete"];
+    default: return ["retry", "delete"];
+  }
 }
 
 async function messages(params) {
@@ -220,7 +393,7 @@ async function messages(params) {
   h("label", {}, "MessageId", h("input", { name: "id", value: id, placeholder: "exact id" })),
   h("label", {}, "Session", h("input", { name: "session", value: session, placeholder: "session key" })),
   h("button", { type: "submit" }, "Filter"),
-  queue && status ? h("button", {
+  queue && status && actionsFor(status).includes("retry") ? h("button", {
     type: "button", "data-action": "retry-all",
     onclick: async () => {
       if (!confirm(`Retry every ${status} message of ${queue}?`)) return;
@@ -236,12 +409,12 @@ async function messages(params) {
   }, `Retry all ${status}`) : null);
   const refresh = () => route();
   const rows = page.messages.map((m) => h("tr", { "data-key": m.key },
-    h("td", { class: "num" }, h("a", { href: `#/message/${m.key}` }, m.key)),
+    h("td", { class: "num" }, h("a", { href: messageHref(m.key) }, m.key)),
     h("td", {}, m.queue),
     h("td", {}, statusBadge(m.status)),
     h("td", { class: "mono clip", title: m.id || "" }, m.id || "–"),
     h("td", { class: "num" }, m.attempts),
-    h("td", { class: "clip error", title: m.last_error || "" }, m.last_error || ""),
+    errorCell(m.status, m.attempts, m.last_error),
     h("td", { class: "muted" }, time(m.updated_at_ms)),
     h("td", {}, messageActions(m, refresh))));
   const title = `${status ? `${status[0].toUpperCase()}${status.slice(1)} messages` : "Messages"}${queue ? ` in ${queue}` : ""}`;
@@ -312,7 +485,7 @@ function replayForm(target) {
 
 function replayReport(report) {
   const rows = report.results.map((r) => h("tr", { "data-replayed": r.key },
-    h("td", { class: "num" }, h("a", { href: `#/message/${r.key}` }, r.key)),
+    h("td", { class: "num" }, h("a", { href: messageHref(r.key) }, r.key)),
     h("td", { class: "clip", title: r.last || "" }, r.last || r.status),
     h("td", {}, h("span", { class: `badge ${r.succeeded ? "ok" : "bad"}` }, r.candidate)),
     h("td", {}, r.enqueues.map((e) => h("div", { class: "mono" }, `→ ${e.queue}: ${e.payload}`))),
@@ -335,7 +508,7 @@ async function message(key) {
     h("td", {}, statusBadge(v.status)),
     h("td", { class: "num" }, v.attempts),
     h("td", { class: "clip mono", title: v.payload }, v.payload),
-    h("td", { class: "clip error", title: v.last_error || "" }, v.last_error || ""),
+    errorCell(v.status, v.attempts, v.last_error),
     h("td", { class: "muted" }, time(v.enqueued_at_ms))));
   const back = `#/messages?queue=${encodeURIComponent(m.queue)}&status=${encodeURIComponent(m.status)}`;
   return [
@@ -350,7 +523,9 @@ async function message(key) {
         field("Enqueued", time(m.enqueued_at_ms)), field("Process at", time(m.process_at_ms)),
         field("Updated", time(m.updated_at_ms)), field("Processed", time(m.processed_at_ms)),
         field("Outcome", m.outcome),
-        field("Last error", m.last_error ? h("span", { class: "error", "data-error": "" }, m.last_error) : null))),
+        m.last_error && !errorIsCurrent(m.status, m.attempts)
+          ? field("Earlier attempt failed", h("span", { class: "muted", "data-earlier-error": "" }, m.last_error))
+          : field("Last error", m.last_error ? h("span", { class: "error", "data-error": "" }, m.last_error) : null))),
       h("div", {},
         h("h2", { class: "flush" }, "Payload"), h("pre", { "data-payload": "" }, payloadText(m.payload)),
         h("h2", {}, "Headers"),
@@ -369,10 +544,10 @@ async function handlers() {
     h("td", { class: "mono", title: x.sha256 }, x.sha256.slice(0, 16)),
     h("td", { class: "num" }, `${(x.size / 1024).toFixed(0)} KiB`),
     h("td", {}, x.memory_limit),
-    h("td", { class: "muted" }, x.loaded_at),
+    h("td", { class: "muted" }, time(x.loaded_at)),
     h("td", { class: "muted clip", title: x.file }, x.file)));
   const log = deploys.map((d) => h("tr", { "data-deploy": d.result },
-    h("td", { class: "muted" }, d.at),
+    h("td", { class: "muted" }, time(d.at)),
     h("td", {}, d.handler),
     h("td", {}, h("span", { class: `badge ${d.result === "deployed" ? "ok" : d.result === "rejected" ? "bad" : ""}` }, d.result)),
     h("td", { class: "mono" }, d.sha256 ? d.sha256.slice(0, 16) : "–"),
@@ -410,8 +585,10 @@ async function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, search] = hash.split("?");
   const params = new URLSearchParams(search || "");
-  const nav = path.startsWith("/message") ? (params.get("status") === "failed" ? "failed" : "messages")
+  const nav = path === "/messages" ? (params.get("status") === "failed" ? "failed" : "messages")
+    : path.startsWith("/message/") ? (NAVS.includes(params.get("from")) ? params.get("from") : "messages")
     : path === "/handlers" ? "handlers" : "overview";
+  currentNav = nav;
   for (const link of document.querySelectorAll("[data-nav]")) {
     link.classList.toggle("active", link.dataset.nav === nav);
   }

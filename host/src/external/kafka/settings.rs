@@ -170,6 +170,14 @@ impl KafkaSettings {
             // A topic created after the consumer started (the broker was down) is seen soon.
             config.set("topic.metadata.refresh.interval.ms", "10000");
         }
+        if !self.properties.contains_key("session.timeout.ms") {
+            // librdkafka's 45 s made a new group's first join take ~23 s on the test broker
+            // (it waits about half the session timeout); 10 s (Kafka's default before 3.0)
+            // takes ~5 s. Heartbeats come from librdkafka's own thread, so a slow handler
+            // never misses one; only 10 s without reaching the broker ends the membership
+            // (a rebalance: nothing unsettled is committed, so nothing is lost).
+            config.set("session.timeout.ms", "10000");
+        }
         config
     }
 
@@ -295,6 +303,21 @@ impl ProviderKind for KafkaKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consumers_end_a_silent_membership_after_10_s_unless_told_otherwise() {
+        let settings = KafkaSettings::new("b:9092");
+        let config = settings.consumer("g");
+        assert_eq!(config.get("session.timeout.ms"), Some("10000"));
+        let mut custom = KafkaSettings::new("b:9092");
+        custom
+            .properties
+            .insert("session.timeout.ms".into(), Property::Integer(45_000));
+        assert_eq!(
+            custom.consumer("g").get("session.timeout.ms"),
+            Some("45000")
+        );
+    }
 
     fn check(text: &str) -> Result<Capabilities, SettingsError> {
         KafkaKind.check(&toml::from_str(text).unwrap())
