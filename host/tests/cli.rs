@@ -81,7 +81,7 @@ fn config_check_names_the_key_and_reason() {
         ),
         (
             "[queues.orders]\nconcurrency = 2\n",
-            "`queues.orders`: missing field `handler`",
+            "`queues.orders.concurrency`: the queue has no handler, so nothing runs there: set queues.orders.handler, or remove concurrency",
         ),
         (
             "[storage]\nurl = \"${WHARF_TEST_UNSET_VAR}\"\n",

@@ -64,9 +64,15 @@ pub async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
             Some(provider) => format!("{} ({provider})", q.storage),
             None => q.storage.clone(),
         };
+        let external = q.storage == "external";
         let mut row = vec![q.name.clone(), handler, storage];
         for column in COLUMNS {
-            row.push(q.counts.get(column).copied().unwrap_or(0).to_string());
+            let n = q.counts.get(column).copied().unwrap_or(0);
+            row.push(match column {
+                // An external queue's successes leave no row in SQL: this host's count.
+                "processed" if external => format!("{}*", q.since_start.processed),
+                _ => n.to_string(),
+            });
         }
         let other: u64 = q
             .counts
@@ -80,6 +86,11 @@ pub async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
         queues.add_row(row);
     }
     println!("{queues}");
+    if status.queues.iter().any(|q| q.storage == "external") {
+        println!(
+            "* external queue: processed by this host since it started (the broker keeps no record of successes)"
+        );
+    }
     println!();
     let mut handlers = table(&["handler", "sha256", "loaded at", "memory"]);
     for h in &status.handlers {

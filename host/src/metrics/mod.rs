@@ -13,7 +13,7 @@ pub mod history;
 mod rates;
 
 pub use history::Point;
-pub use rates::{Rates, rates};
+pub use rates::{Rates, Totals, rates, totals};
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock};

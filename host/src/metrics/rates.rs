@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 pub const WINDOW: Duration = Duration::from_secs(60);
 
 /// Running totals of one queue since the host started.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct Totals {
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
     /// Messages processed.
     pub processed: u64,
     /// Messages failed for good.
@@ -72,7 +72,7 @@ pub(super) fn snapshot() {
 }
 
 /// The running totals of `queue` (zero before its first outcome).
-pub(super) fn totals(queue: &str) -> Totals {
+pub fn totals(queue: &str) -> Totals {
     let t = tracker().lock().expect("rate tracker");
     t.totals.get(queue).copied().unwrap_or_default()
 }

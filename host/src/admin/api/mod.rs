@@ -83,6 +83,11 @@ pub struct QueueInfo {
     pub counted_at_ms: i64,
     /// Processed and failed per second over the last minute.
     pub rates: crate::metrics::Rates,
+    /// Messages processed and failed for good by this host since it started, whatever
+    /// their source: the only count of an external queue's successes, which the broker
+    /// does not keep.
+    #[serde(default)]
+    pub since_start: crate::metrics::Totals,
 }
 
 async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
@@ -113,6 +118,7 @@ async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
                 .collect(),
             counted_at_ms: snapshot.at_ms,
             rates: crate::metrics::rates(name),
+            since_start: crate::metrics::totals(name),
         });
     }
     Ok(Json(out))

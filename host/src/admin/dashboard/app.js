@@ -259,12 +259,17 @@ async function overview() {
       h("td", {}, q.storage === "external" ? `external (${q.provider})` : "sql"),
       h("td", {}, q.handler ? [q.handler, " ", q.handler_deployed ? null : h("span", { class: "badge bad" }, "not deployed")]
         : h("span", { class: "muted" }, "none")),
-      h("td", {}, h("div", { class: "chips" }, counts.length === 0 ? h("span", { class: "muted" }, "empty") :
+      h("td", {}, h("div", { class: "chips" }, counts.length === 0 && q.storage !== "external" ? h("span", { class: "muted" }, "empty") :
         counts.map(([status, n]) => h("a", {
           class: `badge ${status === "failed" ? "bad" : status === "processed" ? "ok" : ""}`,
           href: `#/messages?queue=${encodeURIComponent(q.name)}&status=${encodeURIComponent(status)}`,
           "data-count": status,
-        }, `${status} ${n}`)))),
+        }, `${status} ${n}`)),
+        // The broker keeps no record of successes: this host's own count.
+        q.storage === "external" && q.since_start
+          ? h("span", { class: "badge ok", "data-count": "processed-since-start", title: "processed by this host since it started" },
+            `processed since start ${q.since_start.processed}`)
+          : null)),
       h("td", { class: "num", "data-rate": "processed" }, rate(q.rates.processed_per_s)),
       h("td", { class: "num", "data-rate": "failed" }, rate(q.rates.failed_per_s)));
   });
