@@ -26,9 +26,9 @@ use common::{PROCESSED, database_url, median};
 // The allocator the `wharf` binary runs on, so the figures are what it does.
 wharf_host::use_jemalloc!();
 
-/// Messages per run unless `WHARF_BENCH_MESSAGES` says otherwise: the backlog the README's
-/// table and the project's throughput goals are stated for (a smaller backlog drains faster,
-/// as the SQL stores' lease scans and indexes are smaller).
+/// Messages per run unless `WHARF_BENCH_MESSAGES` says otherwise: the backlog the table in
+/// docs/performance.md and the project's throughput goals are stated for (a smaller backlog
+/// drains faster, as the SQL stores' lease scans and indexes are smaller).
 const MESSAGES: u64 = 100_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,6 @@
 //! `cargo xtask chaos`: the long form of the fault matrix (`tests/tests/chaos`), one case at
-//! a time, and its table written into the README between the `chaos-table` markers.
+//! a time, and its table written into [`PAGE`] (the delivery guarantees) between the
+//! `chaos-table` markers.
 
 use std::path::Path;
 
@@ -7,6 +8,8 @@ use anyhow::{Context, Result, bail};
 
 use crate::{services, tools};
 
+/// The page that holds the fault matrix table, relative to the repository root.
+pub const PAGE: &str = "docs/guarantees.md";
 const START: &str = "<!-- chaos-table:start -->";
 const END: &str = "<!-- chaos-table:end -->";
 
@@ -29,14 +32,14 @@ pub fn run(messages: u64, cut_secs: u64, cases: &[String]) -> Result<()> {
         .env("WHARF_CHAOS_CUT_SECS", cut_secs.to_string())
         .env("WHARF_CHAOS_OUT", &out);
     let outcome = tools::run(cmd);
-    let readme = tools::root().join("README.md");
+    let page = tools::root().join(PAGE);
     let mut rows = read_rows(&out)?;
     if !cases.is_empty() {
-        rows = merged(&current_table(&readme)?, rows, &heading(messages, cut_secs))?;
+        rows = merged(&current_table(&page)?, rows, &heading(messages, cut_secs))?;
     }
     let table = table(rows, messages, cut_secs);
     println!("{table}");
-    write_readme(&readme, &table)?;
+    write_table(&page, &table)?;
     outcome
 }
 
@@ -50,22 +53,26 @@ fn read_rows(path: &Path) -> Result<Vec<serde_json::Value>> {
         .context("a chaos row is not JSON")
 }
 
-/// The README's text and where its markers start.
-fn readme_with_markers(readme: &Path) -> Result<(String, usize, usize)> {
-    let text = std::fs::read_to_string(readme)?;
+/// The page's text and where its markers start.
+fn page_with_markers(page: &Path) -> Result<(String, usize, usize)> {
+    let text =
+        std::fs::read_to_string(page).with_context(|| format!("reading {}", page.display()))?;
     let (Some(start), Some(end)) = (text.find(START), text.find(END)) else {
-        bail!("{} has no {START} … {END} markers", readme.display());
+        bail!("{} has no {START} … {END} markers", page.display());
     };
+    if end < start {
+        bail!("{}: {END} comes before {START}", page.display());
+    }
     Ok((text, start, end))
 }
 
-/// The text between the README's markers.
-fn current_table(readme: &Path) -> Result<String> {
-    let (text, start, end) = readme_with_markers(readme)?;
+/// The text between the page's markers.
+fn current_table(page: &Path) -> Result<String> {
+    let (text, start, end) = page_with_markers(page)?;
     Ok(text[start + START.len()..end].to_string())
 }
 
-/// The README table's rows, as rows, with `fresh` in place of those of the same backend and
+/// The fault table's rows, as rows, with `fresh` in place of those of the same backend and
 /// fault. The table must have been made with the same settings (its first line is `heading`).
 fn merged(
     current: &str,
@@ -74,7 +81,7 @@ fn merged(
 ) -> Result<Vec<serde_json::Value>> {
     if current.trim_start().lines().next() != Some(heading) {
         bail!(
-            "the README's fault table was made with other settings than `--messages`/`--cut-secs` \
+            "the fault table in {PAGE} was made with other settings than `--messages`/`--cut-secs` \
              given now: run every case to rewrite it"
         );
     }
@@ -87,7 +94,7 @@ fn merged(
                 let cell = cells.get(i).copied().unwrap_or_default();
                 cell.trim_end_matches(" ms")
                     .parse()
-                    .with_context(|| format!("the README's fault table row `{line}`"))
+                    .with_context(|| format!("the fault table row `{line}` in {PAGE}"))
             };
             Ok(serde_json::json!({
                 "backend": cells[0],
@@ -134,11 +141,11 @@ fn table(mut rows: Vec<serde_json::Value>, messages: u64, cut_secs: u64) -> Stri
     out
 }
 
-/// Replace the text between the markers in the README with `table`.
-fn write_readme(readme: &Path, table: &str) -> Result<()> {
-    let (text, start, end) = readme_with_markers(readme)?;
+/// Replace the text between the markers in the page with `table`.
+fn write_table(page: &Path, table: &str) -> Result<()> {
+    let (text, start, end) = page_with_markers(page)?;
     let updated = format!("{}{START}\n{table}{}", &text[..start], &text[end..]);
-    std::fs::write(readme, updated)?;
+    std::fs::write(page, updated)?;
     Ok(())
 }
 
@@ -164,5 +171,33 @@ mod tests {
         assert!(table.contains("| Redis | network cut | 0 | 1 | 50 ms | red, then green |"));
         assert!(!table.contains("stayed green"), "{table}");
         assert!(merged(&current, Vec::new(), &super::heading(20, 1)).is_err());
+    }
+    /// The committed table is where `cargo xtask chaos` looks for it, and exactly what it
+    /// would write back: a partial run can merge into it.
+    #[test]
+    fn the_committed_table_reads_back_as_written() {
+        let page = tools::root().join(PAGE);
+        let current = current_table(&page).unwrap();
+        let first = current.trim_start().lines().next().unwrap_or_default();
+        let number = |text: &str| -> u64 {
+            text.parse()
+                .unwrap_or_else(|_| panic!("the table's first line `{first}` is not a heading"))
+        };
+        let messages = number(first.split(' ').next().unwrap_or_default());
+        let cut_secs = number(
+            first
+                .split(" s (")
+                .next()
+                .and_then(|s| s.rsplit(' ').next())
+                .unwrap_or_default(),
+        );
+        assert_eq!(first, heading(messages, cut_secs));
+        let rows = merged(&current, Vec::new(), first).unwrap();
+        assert!(!rows.is_empty(), "{PAGE}: the fault table has no rows");
+        assert_eq!(
+            format!("\n{}", table(rows, messages, cut_secs)),
+            current,
+            "{PAGE}: the fault table differs from what `cargo xtask chaos` writes"
+        );
     }
 }

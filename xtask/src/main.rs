@@ -48,7 +48,7 @@ enum Task {
         #[arg(long, default_value_t = 25_600)]
         cases: u32,
     },
-    /// Run the fault matrix's long form and write its table into the README.
+    /// Run the fault matrix's long form and write its table into docs/guarantees.md.
     Chaos {
         /// Messages per case.
         #[arg(long, default_value_t = 5_000)]
@@ -57,8 +57,8 @@ enum Task {
         #[arg(long, default_value_t = 10)]
         cut_secs: u64,
         /// Only the cases whose names contain one of these (e.g. `kafka_network_cut`); their
-        /// rows replace the same rows of the README's table, which must have been made with the
-        /// same `--messages` and `--cut-secs`.
+        /// rows replace the same rows of the table in docs/guarantees.md, which must have been
+        /// made with the same `--messages` and `--cut-secs`.
         cases: Vec<String>,
     },
     /// Build the sample and fixture handlers for wasm32-wasip2.

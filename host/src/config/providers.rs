@@ -92,7 +92,7 @@ impl Config {
                 file,
                 key("provider"),
                 format!(
-                    "provider `{provider}` is not configured: add `[providers.{provider}]` with `type` one of `{known}` and its settings (see the README)"
+                    "provider `{provider}` is not configured: add `[providers.{provider}]` with `type` one of `{known}` and its settings (see docs/configuration.md)"
                 ),
             ));
         };

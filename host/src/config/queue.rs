@@ -92,7 +92,7 @@ pub struct QueueConfig {
     #[serde(default)]
     pub replace_by_id: Option<bool>,
     /// Ordered sessions: messages that share a session key run one at a time, in enqueue
-    /// order, and a failure blocks only its session (see the README). SQL queues only.
+    /// order, and a failure blocks only its session (see docs/sessions.md). SQL queues only.
     #[serde(default)]
     pub sessions: bool,
 }

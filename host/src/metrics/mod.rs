@@ -5,7 +5,7 @@
 //! hour of rates and depth per queue ([`history`]) for the dashboard's charts. Labels are
 //! bounded: queue, provider, endpoint and health-check names from the configuration, handler
 //! names from the handlers directory, and fixed outcome/status words — never message ids.
-//! The README lists every metric.
+//! docs/operations.md lists every metric.
 
 pub mod counts;
 mod handles;

@@ -6,7 +6,7 @@
 //!
 //! `cargo xtask test` runs the short form (few messages, 3 s cuts); `cargo xtask chaos` runs
 //! the long form (`WHARF_CHAOS_MESSAGES`, `WHARF_CHAOS_CUT_SECS`) and writes every row to
-//! `WHARF_CHAOS_OUT` for the table in the README.
+//! `WHARF_CHAOS_OUT` for the table in docs/guarantees.md.
 
 mod backend;
 
