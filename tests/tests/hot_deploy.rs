@@ -426,9 +426,8 @@ async fn a_quick_handler_does_not_wait_behind_a_slow_compile() {
     // A hot deploy of both at once: the same.
     dir.deploy_in("c-slow", Lang::Python, "trap");
     dir.deploy("d-quick", "trap");
-    wait_for(COMPILE_T, "both new handlers", || async {
-        (host.registry.get("c-slow").is_some() && host.registry.get("d-quick").is_some())
-            .then_some(())
+    wait_for(COMPILE_T, "both new handlers' deploy events", || async {
+        (order(&host).len() == 4).then_some(())
     })
     .await;
     assert_eq!(order(&host)[2..], ["d-quick", "c-slow"], "on a hot deploy");

@@ -62,7 +62,7 @@ impl ComponentCache {
                 }
             }
         }
-        let component = Component::new(engine, bytes)?;
+        let component = compile_on_own_threads(engine, bytes)?;
         release_compiler_memory();
         if let Err(e) = self.store(&path, &component) {
             tracing::warn!(dir = %self.dir.display(), "cannot write the compiled-component cache: {e}");
@@ -101,5 +101,23 @@ fn release_compiler_memory() {
     // SAFETY: `malloc_trim` only returns free heap pages to the kernel.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// Compile `bytes` on a thread pool of its own (one thread per core). The compiler spreads a
+/// component's functions over the current rayon pool; on the shared global pool a small
+/// component deployed beside a large one queued behind all of the large one's functions (a
+/// Rust handler waited ~17 s behind a Python one). On pools of their own the compiles share
+/// the cores, and the small one is done in its own time.
+fn compile_on_own_threads(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Component> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(cores)
+        .thread_name(|i| format!("wharf-compile-{i}"))
+        .build()
+    {
+        Ok(pool) => pool.install(|| Component::new(engine, bytes)),
+        // No threads to be had: compile on the shared pool.
+        Err(_) => Component::new(engine, bytes),
     }
 }
