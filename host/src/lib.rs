@@ -11,6 +11,7 @@ pub mod config;
 pub mod dispatch;
 pub mod enqueue;
 pub mod external;
+pub mod headers;
 pub mod host;
 pub mod inbox;
 pub mod metrics;

@@ -47,8 +47,7 @@ pub(crate) enum Precheck {
     Failed(String),
 }
 
-/// The header a message moved in from an external provider carries (the provider name).
-pub const MOVED_FROM_HEADER: &str = "wharf.provider";
+pub use crate::headers::MOVED_FROM as MOVED_FROM_HEADER;
 
 /// Check a received batch against the queue's inbox: with what the source already knew, and
 /// the rest in one round trip.

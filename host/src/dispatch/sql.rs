@@ -21,9 +21,7 @@ use crate::queue::{
 };
 use crate::runtime::Message;
 
-/// The header of a message kept in the SQL queue only until it is due, then published into
-/// the queue's provider (the provider name).
-pub const DEFERRED_PUBLISH_HEADER: &str = "wharf.publish-to";
+pub use crate::headers::DEFERRED_PUBLISH as DEFERRED_PUBLISH_HEADER;
 
 /// One queue of the SQL store.
 pub struct SqlSource {

@@ -16,8 +16,8 @@ use tokio::sync::Notify;
 pub use import::{ImportError, Pointers, parse_lines};
 
 use crate::config::{Config, QueueStorage};
-use crate::dispatch::DEFERRED_PUBLISH_HEADER;
 use crate::external::{Envelope, Provider, Providers, PublishOptions};
+use crate::headers::DEFERRED_PUBLISH as DEFERRED_PUBLISH_HEADER;
 use crate::queue::limits::{self, LimitError};
 use crate::queue::{Enqueued, NewMessage, QueueError, QueueStore, now_ms};
 

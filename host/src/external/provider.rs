@@ -95,7 +95,7 @@ impl ProviderError {
 }
 
 /// How a broker counts deliveries of one message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CountKind {
     /// An exact count per delivery (Redis hash, quorum `x-delivery-count`, Service Bus).
     Exact,
@@ -103,11 +103,13 @@ pub enum CountKind {
     /// counts redeliveries itself, durably.
     RedeliveredFlag,
     /// Nothing (Kafka): the host counts redeliveries itself, durably.
+    #[default]
     None,
 }
 
-/// What a provider does natively. The host supplies or refuses the rest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a provider does natively. The host supplies or refuses the rest. The default is a
+/// provider that does none of it (and counts nothing): a provider states what it adds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// Higher priorities are delivered first.
     pub priority: bool,

@@ -132,9 +132,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, http: bool) -> wasmt
     Ok(())
 }
 
-/// The reserved header through which a guest gives a message's session key (the WIT
-/// contract stays at 0.1.0, so guests built against it keep working).
-pub const SESSION_HEADER: &str = "wharf.session";
+pub use crate::headers::SESSION as SESSION_HEADER;
 
 /// The message a guest's `host.enqueue(queue, payload, options)` asks for at `now` (Unix
 /// ms). Any delay is accepted: one beyond year 9999 means the latest date

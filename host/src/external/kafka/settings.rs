@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::{KIND, KafkaProvider};
 use crate::config::duration;
 use crate::external::registry::{ProviderKind, SettingsError, parse_settings};
-use crate::external::{Capabilities, CountKind, ErrorKind, Provider, ProviderError};
+use crate::external::{Capabilities, ErrorKind, Provider, ProviderError};
 
 /// Properties the host sets itself; a `properties` table may not override them.
 const OWNED: &[(&str, &str)] = &[
@@ -195,18 +195,14 @@ impl KafkaSettings {
 
     /// What a provider with these settings can do.
     pub fn capabilities(&self) -> Capabilities {
+        // No priority, delay, replacement or idempotency; deliveries are not counted; no
+        // depth: lag is committed offsets against the partition ends, which not every
+        // Kafka-protocol broker reports reliably (reconciliation activates every pass).
         Capabilities {
-            priority: false,
-            delay: false,
-            id_replacement: false,
-            idempotency: false,
-            delivery_count: CountKind::None,
-            // Lag is committed offsets against the partition ends, which not every
-            // Kafka-protocol broker reports reliably: reconciliation activates every pass.
-            depth: false,
             // The host forgives the replay of a message it handed back itself.
             uncounted_release: true,
             keyed_order: true,
+            ..Capabilities::default()
         }
     }
 }
@@ -303,6 +299,7 @@ impl ProviderKind for KafkaKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::external::CountKind;
 
     #[test]
     fn consumers_end_a_silent_membership_after_10_s_unless_told_otherwise() {

@@ -55,12 +55,9 @@ pub(crate) fn error(e: lapin::Error) -> ProviderError {
     ProviderError::with_source(KIND, kind, e)
 }
 
-/// The header carrying the identity Wharf publishes every message with (unique per
-/// message, the same on redeliveries): the host counts redeliveries under it.
-pub const IDENTITY_HEADER: &str = "wharf-message-key";
-
-/// The header that carries a message's session key (a direct producer sets it too).
-pub const SESSION_HEADER: &str = "wharf-session";
+pub use crate::headers::{
+    RABBITMQ_IDENTITY as IDENTITY_HEADER, RABBITMQ_SESSION as SESSION_HEADER,
+};
 
 /// Longest a connection attempt may take (a broker that does not answer at all).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -167,14 +167,9 @@ impl ServiceBusSettings {
             ));
         }
         Ok(Capabilities {
-            priority: false,
             delay: true,
-            id_replacement: false,
-            idempotency: false,
             delivery_count: CountKind::Exact,
-            depth: false,
-            uncounted_release: false,
-            keyed_order: false,
+            ..Capabilities::default()
         })
     }
 }

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use super::{ExternalSource, Item};
-use crate::dispatch::MOVED_FROM_HEADER;
 use crate::dispatch::Source;
 use crate::external::{Handle, Nack};
+use crate::headers::MOVED_FROM as MOVED_FROM_HEADER;
 use crate::queue::{NewMessage, Status};
 
 impl ExternalSource {
