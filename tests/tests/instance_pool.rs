@@ -71,14 +71,10 @@ async fn hold_the_instance(
         )
         .await
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while instantiations(&render()) == before {
-        assert!(
-            Instant::now() < deadline,
-            "the holder never got its instance"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wharf_tests::wait_for(Duration::from_secs(30), "the holder's instance", || async {
+        (instantiations(&render()) > before).then_some(())
+    })
+    .await;
     holder
 }
 
