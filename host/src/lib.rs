@@ -20,6 +20,7 @@ pub mod redis_client;
 pub mod replay;
 pub mod runtime;
 pub mod schema_lock;
+pub mod sql;
 
 pub use config::Config;
 pub use host::{RunningHost, StartOptions, start, start_with};

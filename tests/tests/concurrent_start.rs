@@ -72,13 +72,9 @@ async fn stores_opened_together_in_one_process_create_one_schema() {
             .map(|_| {
                 let name = schema.name.clone();
                 tokio::spawn(async move {
-                    wharf_host::queue::PostgresStore::open_in_schema(
-                        &database_url(),
-                        Some(&name),
-                        2,
-                    )
-                    .await
-                    .map(|_| ())
+                    wharf_host::queue::SqlStore::open_postgres(&database_url(), Some(&name), 2)
+                        .await
+                        .map(|_| ())
                 })
             })
             .collect();

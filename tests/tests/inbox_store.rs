@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use wharf_host::inbox::{
-    InboxKey, InboxStore, MemoryInbox, PostgresInbox, RedisInbox, SqliteInbox,
-};
+use wharf_host::inbox::{InboxKey, InboxStore, MemoryInbox, RedisInbox, SqlInbox};
 use wharf_host::queue::now_ms;
 use wharf_tests::redis_nodes::RedisCluster;
 use wharf_tests::{PgSchema, database_url, redis_url, unique_prefix};
@@ -23,7 +21,11 @@ async fn sqlite() -> Subject {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("inbox.db").display());
     Subject {
-        store: Arc::new(SqliteInbox::open(&url, "wharf_inbox", true).await.unwrap()),
+        store: Arc::new(
+            SqlInbox::open_sqlite(&url, "wharf_inbox", true)
+                .await
+                .unwrap(),
+        ),
         _guard: Box::new(dir),
     }
 }
@@ -31,10 +33,10 @@ async fn sqlite() -> Subject {
 async fn postgres() -> Subject {
     let schema = PgSchema::new();
     // The queue store creates the schema; here the inbox is alone, so create it first.
-    wharf_host::queue::PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 1)
+    wharf_host::queue::SqlStore::open_postgres(&database_url(), Some(&schema.name), 1)
         .await
         .unwrap();
-    let store = PostgresInbox::open(&database_url(), Some(&schema.name), "wharf_inbox", true)
+    let store = SqlInbox::open_postgres(&database_url(), Some(&schema.name), "wharf_inbox", true)
         .await
         .unwrap();
     Subject {
@@ -297,8 +299,12 @@ async fn sqlite_lease_checks_the_same_keys_the_store_records() {
     use wharf_host::queue::{Disposition, InboxProbe, NewMessage, QueueStore, Settlement};
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-    let queue = wharf_host::queue::SqliteStore::open(&url, 2).await.unwrap();
-    let inbox = SqliteInbox::open(&url, "wharf_inbox", true).await.unwrap();
+    let queue = wharf_host::queue::SqlStore::open_sqlite(&url, 2)
+        .await
+        .unwrap();
+    let inbox = SqlInbox::open_sqlite(&url, "wharf_inbox", true)
+        .await
+        .unwrap();
     lease_checks_the_same_keys_the_store_records(&queue, &inbox).await;
 
     // A session head, checked by the lease of a queue with sessions.
@@ -516,8 +522,12 @@ async fn completions_record_their_inbox_entries(
 async fn sqlite_completions_record_their_inbox_entries() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("queue.db").display());
-    let queue = wharf_host::queue::SqliteStore::open(&url, 2).await.unwrap();
-    let inbox = SqliteInbox::open(&url, "wharf_inbox", true).await.unwrap();
+    let queue = wharf_host::queue::SqlStore::open_sqlite(&url, 2)
+        .await
+        .unwrap();
+    let inbox = SqlInbox::open_sqlite(&url, "wharf_inbox", true)
+        .await
+        .unwrap();
     completions_record_their_inbox_entries(&queue, &inbox).await;
 }
 
@@ -528,13 +538,12 @@ async fn postgres_completions_record_their_inbox_entries() {
 }
 
 /// A PostgreSQL queue store with the inbox table in its schema (dropped with the guard).
-async fn postgres_queue_and_inbox() -> (wharf_host::queue::PostgresStore, PostgresInbox, PgSchema) {
+async fn postgres_queue_and_inbox() -> (wharf_host::queue::SqlStore, SqlInbox, PgSchema) {
     let schema = PgSchema::new();
-    let queue =
-        wharf_host::queue::PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 2)
-            .await
-            .unwrap();
-    let inbox = PostgresInbox::open(&database_url(), Some(&schema.name), "wharf_inbox", true)
+    let queue = wharf_host::queue::SqlStore::open_postgres(&database_url(), Some(&schema.name), 2)
+        .await
+        .unwrap();
+    let inbox = SqlInbox::open_postgres(&database_url(), Some(&schema.name), "wharf_inbox", true)
         .await
         .unwrap();
     (queue, inbox, schema)
@@ -570,8 +579,8 @@ async fn sqlite_inbox_tables_of_either_layout_work() {
     .execute(&pool)
     .await
     .unwrap();
-    let newer = SqliteInbox::open(&url, "newer", true).await.unwrap();
-    let older = SqliteInbox::open(&url, "older", true).await.unwrap();
+    let newer = SqlInbox::open_sqlite(&url, "newer", true).await.unwrap();
+    let older = SqlInbox::open_sqlite(&url, "older", true).await.unwrap();
 
     for store in [&newer, &older] {
         let (a, b, c) = (
@@ -638,7 +647,7 @@ async fn sqlite_records_each_hash_next_to_its_own_endpoint_and_id() {
     use sqlx::Connection;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.db");
-    let store = SqliteInbox::open(&format!("sqlite://{}", path.display()), "wharf_inbox", true)
+    let store = SqlInbox::open_sqlite(&format!("sqlite://{}", path.display()), "wharf_inbox", true)
         .await
         .unwrap();
     let ids = ["m-1", "quote \" and \\ back", "ünïcode ✓", "", "m-1 "];

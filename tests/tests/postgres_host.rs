@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::{
-    Disposition, NewMessage, PostgresStore, QueueStore, Settlement, Status, VACUUM_AFTER_LEASES,
+    Disposition, NewMessage, QueueStore, Settlement, SqlStore, Status, VACUUM_AFTER_LEASES,
 };
 use wharf_tests::{
     PgSchema, TestDir, count, database_url, messages, msg, scrape, wait_for, wait_status,
@@ -92,7 +92,7 @@ async fn another_process_enqueue_wakes_the_host_by_notification() {
         (listening > 0).then_some(())
     })
     .await;
-    let producer = PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 2)
+    let producer = SqlStore::open_postgres(&database_url(), Some(&schema.name), 2)
         .await
         .unwrap();
     for n in 0..3 {
@@ -217,7 +217,7 @@ async fn hosts_starting_at_once_on_a_new_schema_all_open_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_vacuums_its_table_once_enough_messages_were_leased() {
     let schema = PgSchema::new();
-    let store = PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 4)
+    let store = SqlStore::open_postgres(&database_url(), Some(&schema.name), 4)
         .await
         .unwrap();
     let total = VACUUM_AFTER_LEASES as usize + 500;

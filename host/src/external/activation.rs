@@ -9,9 +9,9 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::SqlitePoolOptions;
-use sqlx::{PgPool, SqlitePool};
 
 use crate::queue::now_ms;
+use crate::sql::{Pool, Sql};
 
 /// Durable activations of external queues.
 #[async_trait]
@@ -24,28 +24,8 @@ pub trait ActivationStore: Send + Sync + 'static {
     async fn is_requested(&self, queue: &str) -> Result<bool, sqlx::Error>;
 }
 
-/// The `[storage]` database that holds the activation and delivery-count tables. Both
-/// dialects take the same statements (`$N` placeholders work on SQLite too), run through
-/// [`on_pool!`].
-#[derive(Clone)]
-pub(crate) enum StoragePool {
-    Sqlite(SqlitePool),
-    Postgres(PgPool),
-}
-
-/// Evaluate `$body` with `$pool` bound to whichever pool `$storage` holds.
-macro_rules! on_pool {
-    ($storage:expr, $pool:ident => $body:expr) => {
-        match $storage {
-            $crate::external::activation::StoragePool::Sqlite($pool) => $body,
-            $crate::external::activation::StoragePool::Postgres($pool) => $body,
-        }
-    };
-}
-pub(crate) use on_pool;
-
 /// The `external_activations` table of the `[storage]` database.
-pub struct SqlActivations(pub(crate) StoragePool);
+pub struct SqlActivations(pub(crate) Pool);
 
 impl SqlActivations {
     /// Connect to `url` (tables in `schema` when given). The table comes with the queue
@@ -58,7 +38,7 @@ impl SqlActivations {
                 .max_connections(2)
                 .connect_with(options)
                 .await?;
-            Ok(SqlActivations(StoragePool::Sqlite(pool)))
+            Ok(SqlActivations(Pool::Sqlite(pool)))
         } else {
             let mut options =
                 PgConnectOptions::from_str(url)?.application_name("wharf-activations");
@@ -72,16 +52,18 @@ impl SqlActivations {
                 .max_connections(2)
                 .connect_with(options)
                 .await?;
-            Ok(SqlActivations(StoragePool::Postgres(pool)))
+            Ok(SqlActivations(Pool::Postgres(pool)))
         }
     }
 }
 
-/// Mark the queues of the JSON array `$1` as requested at `$2`, in each dialect's words.
-const REQUEST_SQLITE: &str = "INSERT INTO external_activations (queue, requested_at_ms)
-SELECT value, $2 FROM json_each($1) WHERE true ON CONFLICT (queue) DO NOTHING";
-const REQUEST_POSTGRES: &str = "INSERT INTO external_activations (queue, requested_at_ms)
-SELECT value, $2 FROM jsonb_array_elements_text($1::jsonb) ON CONFLICT (queue) DO NOTHING";
+/// Mark the queues of the JSON array `$1` as requested at `$2`.
+static REQUEST: Sql = Sql::each(
+    "INSERT INTO external_activations (queue, requested_at_ms)
+     SELECT value, $2 FROM json_each($1) WHERE true ON CONFLICT (queue) DO NOTHING",
+    "INSERT INTO external_activations (queue, requested_at_ms)
+     SELECT value, $2 FROM jsonb_array_elements_text($1::jsonb) ON CONFLICT (queue) DO NOTHING",
+);
 const CLAIM: &str = "DELETE FROM external_activations WHERE queue = $1";
 const IS_REQUESTED: &str = "SELECT 1 FROM external_activations WHERE queue = $1";
 
@@ -89,21 +71,23 @@ const IS_REQUESTED: &str = "SELECT 1 FROM external_activations WHERE queue = $1"
 impl ActivationStore for SqlActivations {
     async fn request(&self, queues: &[String]) -> Result<(), sqlx::Error> {
         let list = serde_json::to_string(queues).expect("queue names serialize");
-        let sql = match self.0 {
-            StoragePool::Sqlite(_) => REQUEST_SQLITE,
-            StoragePool::Postgres(_) => REQUEST_POSTGRES,
-        };
-        on_pool!(&self.0, pool => sqlx::query(sql).bind(&list).bind(now_ms()).execute(pool).await?.rows_affected());
+        let request = self.0.query(&REQUEST).bind(list);
+        request.bind(now_ms()).execute().await?;
         Ok(())
     }
 
     async fn claim(&self, queue: &str) -> Result<bool, sqlx::Error> {
-        let done = on_pool!(&self.0, pool => sqlx::query(CLAIM).bind(queue).execute(pool).await?.rows_affected());
+        let done = self.0.query(CLAIM).bind(queue).execute().await?;
         Ok(done > 0)
     }
 
     async fn is_requested(&self, queue: &str) -> Result<bool, sqlx::Error> {
-        let found = on_pool!(&self.0, pool => sqlx::query(IS_REQUESTED).bind(queue).fetch_optional(pool).await?.is_some());
-        Ok(found)
+        let found = self
+            .0
+            .query(IS_REQUESTED)
+            .bind(queue)
+            .fetch_optional()
+            .await?;
+        Ok(found.is_some())
     }
 }

@@ -5,9 +5,9 @@
 //! host restarts — ends failed after `max_attempts`. The row is removed when the message is
 //! settled; a message the host hands back itself is forgiven one count.
 
-use super::activation::{StoragePool, on_pool};
 use super::{Delivery, DeliveryCount, Envelope, SqlActivations};
 use crate::queue::now_ms;
+use crate::sql::Pool;
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
@@ -56,7 +56,7 @@ pub fn attempt_key(message_id: Option<&str>, body: &[u8]) -> String {
 }
 
 /// The `external_attempts` table, on the activation store's connections.
-pub struct SqlAttempts(StoragePool);
+pub struct SqlAttempts(Pool);
 
 impl SqlAttempts {
     /// The counter in the same database as `activations`.
@@ -85,12 +85,8 @@ impl AttemptCounter for SqlAttempts {
         let now = now_ms();
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
-            let n: i64 = on_pool!(&self.0, pool => sqlx::query_scalar(REDELIVERED)
-                .bind(queue)
-                .bind(key)
-                .bind(now)
-                .fetch_one(pool)
-                .await?);
+            let row = self.0.query(REDELIVERED).bind(queue).bind(key.as_str());
+            let n: i64 = row.bind(now).fetch_one().await?.get(0)?;
             out.push(n.max(0) as u32);
         }
         Ok(out)
@@ -99,34 +95,20 @@ impl AttemptCounter for SqlAttempts {
     async fn forgive(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error> {
         let now = now_ms();
         for key in keys {
-            on_pool!(&self.0, pool => sqlx::query(FORGIVE)
-                .bind(queue)
-                .bind(key)
-                .bind(now)
-                .execute(pool)
-                .await?
-                .rows_affected());
+            let forgive = self.0.query(FORGIVE).bind(queue).bind(key.as_str());
+            forgive.bind(now).execute().await?;
         }
         Ok(())
     }
 
     async fn purge(&self, before_ms: i64) -> Result<u64, sqlx::Error> {
-        let done = on_pool!(&self.0, pool => sqlx::query(PURGE)
-            .bind(before_ms)
-            .execute(pool)
-            .await?
-            .rows_affected());
-        Ok(done)
+        self.0.query(PURGE).bind(before_ms).execute().await
     }
 
     async fn forget(&self, queue: &str, keys: &[String]) -> Result<(), sqlx::Error> {
         for key in keys {
-            on_pool!(&self.0, pool => sqlx::query(FORGET)
-                .bind(queue)
-                .bind(key)
-                .execute(pool)
-                .await?
-                .rows_affected());
+            let forget = self.0.query(FORGET).bind(queue).bind(key.as_str());
+            forget.execute().await?;
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 pub use cleanup::run_cleanup;
 pub use memory::MemoryInbox;
 pub use redis::RedisInbox;
-pub use sql::{PostgresInbox, SqliteInbox};
+pub use sql::SqlInbox;
 
 use crate::config::{Config, InboxStoreKind};
 
@@ -172,10 +172,12 @@ impl InboxStores {
                     let sql = &config.inbox.sql;
                     let url = &config.storage.url;
                     let store: Arc<dyn InboxStore> = if url.starts_with("sqlite:") {
-                        Arc::new(SqliteInbox::open(url, &sql.table, sql.auto_create_table).await?)
+                        Arc::new(
+                            SqlInbox::open_sqlite(url, &sql.table, sql.auto_create_table).await?,
+                        )
                     } else {
                         Arc::new(
-                            PostgresInbox::open(
+                            SqlInbox::open_postgres(
                                 url,
                                 config.storage.schema.as_deref(),
                                 &sql.table,

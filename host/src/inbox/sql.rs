@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{AssertSqlSafe, PgPool, SqlitePool};
 
 use super::{InboxError, InboxKey, InboxStore};
 use crate::clock::now_ms;
-use crate::queue::{InboxRow, InboxWrite, record_postgres, record_sqlite};
+use crate::queue::{InboxRow, InboxWrite, record};
+use crate::sql::{Dialect, Pool};
 
 fn missing_table(table: &str) -> InboxError {
     InboxError::Setup(format!(
@@ -41,18 +42,22 @@ fn sqlite_layout(table: &str) -> [String; 3] {
     ]
 }
 
-/// The inbox table in SQLite.
-pub struct SqliteInbox {
-    pool: SqlitePool,
+/// The inbox table in the SQL database of `[storage]`.
+pub struct SqlInbox {
+    pool: Pool,
     table: Arc<str>,
-    check: String,
-    check_many: String,
-    purge: String,
+    check: Arc<str>,
+    check_many: Arc<str>,
+    purge: Arc<str>,
 }
 
-impl SqliteInbox {
-    /// Open the database at `url` and bootstrap (or require) `table`.
-    pub async fn open(url: &str, table: &str, auto_create: bool) -> Result<Self, InboxError> {
+impl SqlInbox {
+    /// Open the SQLite database at `url` and bootstrap (or require) `table`.
+    pub async fn open_sqlite(
+        url: &str,
+        table: &str,
+        auto_create: bool,
+    ) -> Result<Self, InboxError> {
         let options = crate::queue::sqlite_options(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -92,93 +97,11 @@ impl SqliteInbox {
         {
             return Err(missing_table(table));
         }
-        Ok(SqliteInbox {
-            pool,
-            table: Arc::from(table),
-            check: format!("SELECT 1 FROM {table} WHERE id_hash = ?1 AND expires_at_ms > ?2"),
-            check_many: format!(
-                "SELECT id_hash FROM {table} WHERE expires_at_ms > ?1
-                     AND id_hash IN (SELECT unhex(value) FROM json_each(?2))"
-            ),
-            purge: format!(
-                "DELETE FROM {table} WHERE id_hash IN
-                     (SELECT id_hash FROM {table} WHERE endpoint = ?1 AND created_at_ms < ?2 LIMIT ?3)"
-            ),
-        })
-    }
-}
-
-#[async_trait]
-impl InboxStore for SqliteInbox {
-    async fn check_many(&self, keys: &[InboxKey]) -> Result<Vec<bool>, InboxError> {
-        // The keys travel as one JSON array: one statement text for any batch, kept prepared.
-        let hashes: Vec<String> = keys.iter().map(|k| hex::encode(k.hash)).collect();
-        let rows: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(self.check_many.as_str()))
-            .bind(now_ms())
-            .bind(serde_json::to_string(&hashes).expect("hashes serialize"))
-            .fetch_all(&self.pool)
-            .await?;
-        let found: std::collections::HashSet<Vec<u8>> = rows.into_iter().collect();
-        Ok(keys.iter().map(|k| found.contains(&k.hash[..])).collect())
+        Ok(SqlInbox::new(Pool::Sqlite(pool), table))
     }
 
-    async fn is_processed(&self, key: &InboxKey) -> Result<bool, InboxError> {
-        let found = sqlx::query(AssertSqlSafe(self.check.as_str()))
-            .bind(&key.hash[..])
-            .bind(now_ms())
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(found.is_some())
-    }
-
-    async fn record(&self, key: &InboxKey, retention_ms: i64) -> Result<(), InboxError> {
-        self.record_many(std::slice::from_ref(key), retention_ms)
-            .await
-    }
-
-    async fn record_many(&self, keys: &[InboxKey], retention_ms: i64) -> Result<(), InboxError> {
-        let write = InboxWrite {
-            table: self.table.clone(),
-            rows: keys.iter().map(InboxRow::from).collect(),
-            retention_ms,
-        };
-        let mut conn = self.pool.acquire().await?;
-        record_sqlite(&mut conn, &write).await?;
-        Ok(())
-    }
-
-    fn queue_database_table(&self) -> Option<Arc<str>> {
-        Some(self.table.clone())
-    }
-
-    async fn purge_expired(
-        &self,
-        endpoint: &str,
-        cutoff_ms: i64,
-        batch: u32,
-    ) -> Result<u64, InboxError> {
-        let done = sqlx::query(AssertSqlSafe(self.purge.as_str()))
-            .bind(endpoint)
-            .bind(cutoff_ms)
-            .bind(batch as i64)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected())
-    }
-}
-
-/// The inbox table in PostgreSQL.
-pub struct PostgresInbox {
-    pool: PgPool,
-    table: Arc<str>,
-    check: String,
-    purge: String,
-    check_many: String,
-}
-
-impl PostgresInbox {
-    /// Connect to `url` (tables in `schema` when given) and bootstrap (or require) `table`.
-    pub async fn open(
+    /// Connect to the PostgreSQL database at `url` (tables in `schema` when given) and bootstrap (or require) `table`.
+    pub async fn open_postgres(
         url: &str,
         schema: Option<&str>,
         table: &str,
@@ -228,37 +151,60 @@ impl PostgresInbox {
         {
             return Err(missing_table(table));
         }
-        Ok(PostgresInbox {
+        Ok(SqlInbox::new(Pool::Postgres(pool), table))
+    }
+
+    fn new(pool: Pool, table: &str) -> Self {
+        let check_many = match pool.dialect() {
+            // The keys travel as one JSON array of hex: one statement text for any batch,
+            // kept prepared.
+            Dialect::Sqlite => format!(
+                "SELECT id_hash FROM {table} WHERE expires_at_ms > $2
+                     AND id_hash IN (SELECT unhex(value) FROM json_each($1))"
+            ),
+            Dialect::Postgres => format!(
+                "SELECT id_hash FROM {table} WHERE id_hash = ANY($1) AND expires_at_ms > $2"
+            ),
+        };
+        SqlInbox {
             pool,
             table: Arc::from(table),
-            check: format!("SELECT 1 FROM {table} WHERE id_hash = $1 AND expires_at_ms > $2"),
+            check: format!("SELECT 1 FROM {table} WHERE id_hash = $1 AND expires_at_ms > $2").into(),
+            check_many: check_many.into(),
             purge: format!(
                 "DELETE FROM {table} WHERE id_hash IN
                      (SELECT id_hash FROM {table} WHERE endpoint = $1 AND created_at_ms < $2 LIMIT $3)"
-            ),
-            check_many: format!("SELECT id_hash FROM {table} WHERE id_hash = ANY($1) AND expires_at_ms > $2"),
-        })
+            )
+            .into(),
+        }
     }
 }
 
 #[async_trait]
-impl InboxStore for PostgresInbox {
+impl InboxStore for SqlInbox {
     async fn check_many(&self, keys: &[InboxKey]) -> Result<Vec<bool>, InboxError> {
-        let hashes: Vec<Vec<u8>> = keys.iter().map(|k| k.hash.to_vec()).collect();
-        let found: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(self.check_many.as_str()))
-            .bind(&hashes)
-            .bind(now_ms())
-            .fetch_all(&self.pool)
-            .await?;
+        let query = self.pool.query(self.check_many.clone());
+        let query = match self.pool.dialect() {
+            Dialect::Sqlite => {
+                let hashes: Vec<String> = keys.iter().map(|k| hex::encode(k.hash)).collect();
+                query.bind(serde_json::to_string(&hashes).expect("hashes serialize"))
+            }
+            Dialect::Postgres => {
+                query.bind_postgres(keys.iter().map(|k| &k.hash[..]).collect::<Vec<&[u8]>>())
+            }
+        };
+        let found: Vec<Vec<u8>> = query.bind(now_ms()).fetch_column().await?;
         let found: std::collections::HashSet<Vec<u8>> = found.into_iter().collect();
-        Ok(hashes.iter().map(|h| found.contains(h)).collect())
+        Ok(keys.iter().map(|k| found.contains(&k.hash[..])).collect())
     }
 
     async fn is_processed(&self, key: &InboxKey) -> Result<bool, InboxError> {
-        let found = sqlx::query(AssertSqlSafe(self.check.as_str()))
+        let found = self
+            .pool
+            .query(self.check.clone())
             .bind(&key.hash[..])
             .bind(now_ms())
-            .fetch_optional(&self.pool)
+            .fetch_optional()
             .await?;
         Ok(found.is_some())
     }
@@ -275,7 +221,7 @@ impl InboxStore for PostgresInbox {
             retention_ms,
         };
         let mut conn = self.pool.acquire().await?;
-        record_postgres(&mut conn, &write).await?;
+        record(&mut conn.conn(), &write).await?;
         Ok(())
     }
 
@@ -289,12 +235,14 @@ impl InboxStore for PostgresInbox {
         cutoff_ms: i64,
         batch: u32,
     ) -> Result<u64, InboxError> {
-        let done = sqlx::query(AssertSqlSafe(self.purge.as_str()))
+        let done = self
+            .pool
+            .query(self.purge.clone())
             .bind(endpoint)
             .bind(cutoff_ms)
             .bind(batch as i64)
-            .execute(&self.pool)
+            .execute()
             .await?;
-        Ok(done.rows_affected())
+        Ok(done)
     }
 }

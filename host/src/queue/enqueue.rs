@@ -1,6 +1,7 @@
 //! Enqueueing, once for every SQL dialect: a batch of messages is applied inside one
-//! transaction with the identity rules of [`super::plan`]. Each store supplies only its
-//! statements, through [`EnqueueStatements`]; the order of the steps lives here.
+//! transaction with the identity rules of [`super::plan`]. Only the multi-row insert and the
+//! locks on ids differ between dialects (`postgres/`, `sqlite/`); the order of the steps
+//! lives here.
 //!
 //! A batch is cut into rounds in which no id repeats. Each round is one multi-row insert
 //! that skips ids already stored; a message whose id was taken is then applied to the stored
@@ -9,14 +10,12 @@
 
 use std::collections::HashMap;
 
-use async_trait::async_trait;
-
-use super::rows::encode_headers;
-use super::sessions::by_queue;
-use super::{
-    EnqueueStatus, Enqueued, Existing, NewMessage, Plan, QueueError, Status, canonical_hash,
-    destination, new_delivery_id, plan,
-};
+use super::prepared::Prepared;
+use super::sessions::{self, by_queue};
+use super::statements::{DEFER, RECORD_HISTORY, REPLACE, SELECT_EXISTING};
+use super::{EnqueueStatus, Enqueued, Existing, Plan, QueueError, Status, plan};
+use super::{postgres, sqlite};
+use crate::sql::Conn;
 
 /// Messages per multi-row insert and per transaction (SQLite binds 15 values a row, within
 /// its limit of 32,766).
@@ -89,87 +88,6 @@ pub(crate) fn cut<T>(
     runs
 }
 
-/// A message ready to be written: the values every statement binds, computed once.
-#[derive(Debug)]
-pub(crate) struct Prepared {
-    /// The message as given.
-    pub message: NewMessage,
-    /// Its new delivery id.
-    pub delivery_id: String,
-    /// Canonical hash of its payload.
-    pub hash: String,
-    /// Its headers, encoded for the `headers` column.
-    pub headers: String,
-    /// Its processing date.
-    pub at: i64,
-    /// The status it takes when it is stored as the live version.
-    pub status: Status,
-}
-
-impl Prepared {
-    /// Prepare `message` for an enqueue at `now`.
-    pub fn new(message: NewMessage, now: i64) -> Self {
-        let at = message.process_at_ms.unwrap_or(now);
-        Prepared {
-            delivery_id: new_delivery_id(),
-            hash: canonical_hash(&message.payload),
-            headers: encode_headers(&message.headers),
-            status: destination(message.status.as_ref(), at, now),
-            at,
-            message,
-        }
-    }
-
-    /// The custom status to take on release (for a deferred version).
-    pub fn custom_status(&self) -> Option<String> {
-        self.message.status.as_ref().map(|s| s.as_str().to_string())
-    }
-}
-
-/// The statements one dialect runs for an enqueue, all inside the caller's transaction.
-#[async_trait]
-pub(crate) trait EnqueueStatements: Send {
-    /// Serialise with other enqueues of the same ids until the transaction ends, taking the
-    /// locks in one global order so two batches never wait for each other in a cycle. A
-    /// store whose writers are serialised anyway does nothing.
-    async fn lock_ids(&mut self, queue: &str, ids: Vec<&str>) -> Result<(), QueueError> {
-        let _ = (queue, ids);
-        Ok(())
-    }
-
-    /// Insert every message of `round` (no two share an id) whose id is not stored yet in
-    /// `queue`, in one statement; returns each one's new key by position, `None` where the
-    /// id was taken.
-    async fn insert_new(
-        &mut self,
-        queue: &str,
-        round: &[&Prepared],
-        now: i64,
-    ) -> Result<Vec<Option<i64>>, QueueError>;
-
-    /// The stored message with `id` in `queue`, locked until the transaction ends.
-    async fn existing(
-        &mut self,
-        queue: &str,
-        id: &str,
-    ) -> Result<Option<(i64, Existing)>, QueueError>;
-
-    /// Keep the leased version of message `key` and store `message` for after its release.
-    async fn defer(&mut self, key: i64, message: &Prepared, now: i64) -> Result<(), QueueError>;
-
-    /// Record the live version of message `key` in history and overwrite it with `message`.
-    async fn replace(&mut self, key: i64, message: &Prepared, now: i64) -> Result<(), QueueError>;
-
-    /// Park what was enqueued into a blocked session: tend the sessions in the JSON array
-    /// `sessions` of `queue`.
-    async fn tend_sessions(
-        &mut self,
-        queue: &str,
-        sessions: &str,
-        now: i64,
-    ) -> Result<(), QueueError>;
-}
-
 /// What a batch did.
 #[derive(Debug, Default)]
 pub(crate) struct Applied {
@@ -179,9 +97,10 @@ pub(crate) struct Applied {
     pub ready: bool,
 }
 
-/// Apply `messages` to `queue` in order through `statements` (one transaction).
-pub(crate) async fn apply<S: EnqueueStatements>(
-    statements: &mut S,
+/// Apply `messages` to `queue` in order on `conn` (in the caller's transaction when they
+/// hold ids).
+pub(crate) async fn apply(
+    conn: &mut Conn<'_>,
     queue: &str,
     messages: &[Prepared],
     idempotent: bool,
@@ -195,14 +114,14 @@ pub(crate) async fn apply<S: EnqueueStatements>(
         .iter()
         .filter_map(|m| m.message.id.as_deref())
         .collect();
-    if !ids.is_empty() {
-        statements.lock_ids(queue, ids).await?;
+    if let (false, Conn::Postgres(pg)) = (ids.is_empty(), &mut *conn) {
+        postgres::lock_ids(pg, queue, ids).await?;
     }
     let mut start = 0;
     while start < messages.len() {
         let end = round_end(messages, start);
         let round: Vec<&Prepared> = messages[start..end].iter().collect();
-        let keys = statements.insert_new(queue, &round, now).await?;
+        let keys = insert_new(conn, queue, &round, now).await?;
         for (message, key) in round.into_iter().zip(keys) {
             let (done, ready) = match key {
                 Some(key) => (
@@ -212,7 +131,7 @@ pub(crate) async fn apply<S: EnqueueStatements>(
                     },
                     message.status == Status::Pending,
                 ),
-                None => apply_to_stored(statements, queue, message, idempotent, now).await?,
+                None => apply_to_stored(conn, queue, message, idempotent, now).await?,
             };
             applied.ready |= ready;
             applied.results.push(done);
@@ -223,7 +142,7 @@ pub(crate) async fn apply<S: EnqueueStatements>(
         .iter()
         .filter_map(|m| Some((queue, m.message.session.as_deref()?)));
     for (queue, sessions) in by_queue(sessions) {
-        statements.tend_sessions(queue, &sessions, now).await?;
+        sessions::park(conn, queue, &sessions, now).await?;
     }
     Ok(applied)
 }
@@ -245,8 +164,8 @@ fn round_end(messages: &[Prepared], start: usize) -> usize {
 
 /// Apply `message`, whose id is taken, to the stored message. A stored message removed in
 /// between (retention) makes it a new insert again.
-async fn apply_to_stored<S: EnqueueStatements>(
-    statements: &mut S,
+async fn apply_to_stored(
+    conn: &mut Conn<'_>,
     queue: &str,
     message: &Prepared,
     idempotent: bool,
@@ -254,8 +173,8 @@ async fn apply_to_stored<S: EnqueueStatements>(
 ) -> Result<(Enqueued, bool), QueueError> {
     let id = message.message.id.as_deref().unwrap_or_default();
     for _ in 0..3 {
-        let Some((key, existing)) = statements.existing(queue, id).await? else {
-            if let Some(Some(key)) = statements.insert_new(queue, &[message], now).await?.pop() {
+        let Some((key, existing)) = existing(conn, queue, id).await? else {
+            if let Some(Some(key)) = insert_new(conn, queue, &[message], now).await?.pop() {
                 let added = Enqueued {
                     key,
                     status: EnqueueStatus::Added,
@@ -267,11 +186,11 @@ async fn apply_to_stored<S: EnqueueStatements>(
         let (status, ready) = match plan(&existing, &message.hash, idempotent) {
             Plan::Discard => (EnqueueStatus::Discarded, false),
             Plan::Defer => {
-                statements.defer(key, message, now).await?;
+                defer(conn, key, message, now).await?;
                 (EnqueueStatus::Updated, false)
             }
             Plan::Replace => {
-                statements.replace(key, message, now).await?;
+                replace(conn, key, message, now).await?;
                 (EnqueueStatus::Updated, message.status == Status::Pending)
             }
         };
@@ -282,11 +201,92 @@ async fn apply_to_stored<S: EnqueueStatements>(
     )))
 }
 
-/// Map the `(key, delivery_id)` pairs an insert returned back to the positions of `round`.
-pub(crate) fn keys_by_position(
+/// Insert every message of `round` (no two share an id) whose id is not stored yet in
+/// `queue`, in one statement; returns each one's new key by position, `None` where the id
+/// was taken.
+async fn insert_new(
+    conn: &mut Conn<'_>,
+    queue: &str,
     round: &[&Prepared],
-    returned: Vec<(i64, String)>,
-) -> Vec<Option<i64>> {
+    now: i64,
+) -> Result<Vec<Option<i64>>, QueueError> {
+    let returned = match conn {
+        Conn::Postgres(pg) => postgres::insert_new(pg, queue, round, now).await?,
+        Conn::Sqlite(lite) => sqlite::insert_new(lite, queue, round, now).await?,
+    };
+    Ok(keys_by_position(round, returned))
+}
+
+/// The stored message with `id` in `queue`, locked until the transaction ends.
+async fn existing(
+    conn: &mut Conn<'_>,
+    queue: &str,
+    id: &str,
+) -> Result<Option<(i64, Existing)>, QueueError> {
+    let found = conn.query(&SELECT_EXISTING).bind(queue).bind(id);
+    let Some(row) = found.fetch_optional().await? else {
+        return Ok(None);
+    };
+    let existing = Existing {
+        status: Status::parse(row.get::<&str, _>("status")?),
+        payload_hash: row.get("payload_hash")?,
+        next_payload_hash: row.get("next_payload_hash")?,
+    };
+    Ok(Some((row.get("key")?, existing)))
+}
+
+/// Keep the leased version of message `key` and store `m` for after its release.
+async fn defer(conn: &mut Conn<'_>, key: i64, m: &Prepared, now: i64) -> Result<(), QueueError> {
+    conn.query(&DEFER)
+        .bind(m.delivery_id.as_str())
+        .bind(m.message.payload.as_str())
+        .bind(m.hash.as_str())
+        .bind(m.headers.as_str())
+        .bind(m.message.priority)
+        .bind(m.at)
+        .bind(m.custom_status())
+        .bind(now)
+        .bind(key)
+        .bind(m.message.attempts as i32)
+        .bind(m.message.last_error.as_deref())
+        .bind(m.message.source_delivery_id.as_deref())
+        .execute()
+        .await?;
+    Ok(())
+}
+
+/// Record the live version of message `key` in history and overwrite it with `m`.
+async fn replace(conn: &mut Conn<'_>, key: i64, m: &Prepared, now: i64) -> Result<(), QueueError> {
+    conn.query(&RECORD_HISTORY)
+        .bind(now)
+        .bind(None::<String>)
+        .bind(None::<String>)
+        .bind(key)
+        .bind(None::<i64>)
+        .bind(None::<String>)
+        .execute()
+        .await?;
+    conn.query(&REPLACE)
+        .bind(m.delivery_id.as_str())
+        .bind(m.message.payload.as_str())
+        .bind(m.hash.as_str())
+        .bind(m.headers.as_str())
+        .bind(m.message.priority)
+        .bind(m.status.as_str())
+        .bind(m.at)
+        .bind(now)
+        .bind(key)
+        .bind(m.message.last_error.as_deref())
+        .bind(m.message.source_delivery_id.as_deref())
+        .bind(m.message.attempts as i32)
+        .bind(m.message.session.as_deref())
+        .execute()
+        .await?;
+    Ok(())
+}
+
+/// Map the `(key, delivery_id)` pairs an insert returned back to the positions of `round`.
+fn keys_by_position(round: &[&Prepared], returned: Vec<(i64, String)>) -> Vec<Option<i64>> {
     let mut by_delivery: HashMap<String, i64> = returned
         .into_iter()
         .map(|(key, delivery)| (delivery, key))
@@ -300,6 +300,7 @@ pub(crate) fn keys_by_position(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::NewMessage;
 
     fn prepared(id: Option<&str>) -> Prepared {
         Prepared::new(

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, PgConnection, SqliteConnection};
 
+use crate::sql::Conn;
+
 use super::{Settlement, now_ms};
 
 /// The inbox key's hash of (`endpoint`, `message_id`): SHA-256 over each part's byte length
@@ -59,13 +61,19 @@ pub(crate) fn inbox_writes(settlements: &[Settlement]) -> Vec<InboxWrite> {
     writes
 }
 
+/// Write `write`'s records on `conn` (in the caller's transaction, if any); a key recorded
+/// already stays as it is.
+pub async fn record(conn: &mut Conn<'_>, write: &InboxWrite) -> Result<(), sqlx::Error> {
+    match conn {
+        Conn::Postgres(conn) => record_postgres(conn, write).await,
+        Conn::Sqlite(conn) => record_sqlite(conn, write).await,
+    }
+}
+
 /// Write `write`'s records on an open PostgreSQL connection (e.g. inside the transaction that
 /// settles the message). Recording an existing key is a no-op. Keys are inserted in hash
 /// order, so concurrent writes of the same keys never wait on each other in a cycle.
-pub async fn record_postgres(
-    conn: &mut PgConnection,
-    write: &InboxWrite,
-) -> Result<(), sqlx::Error> {
+async fn record_postgres(conn: &mut PgConnection, write: &InboxWrite) -> Result<(), sqlx::Error> {
     let now = now_ms();
     let hashes: Vec<&[u8]> = write.rows.iter().map(|k| &k.hash[..]).collect();
     let endpoints: Vec<&str> = write.rows.iter().map(|k| k.endpoint.as_str()).collect();
@@ -103,10 +111,7 @@ pub(super) fn insert_postgres(table: &str, [h, e, m, created, expires]: [u8; 5])
 /// the MessageIds as a flat JSON array, so the statement text is the same for any number of
 /// rows and stays prepared, and SQLite parses each id once (an array of `[hash, endpoint,
 /// id]` arrays made it parse every row again to pick its fields).
-pub async fn record_sqlite(
-    conn: &mut SqliteConnection,
-    write: &InboxWrite,
-) -> Result<(), sqlx::Error> {
+async fn record_sqlite(conn: &mut SqliteConnection, write: &InboxWrite) -> Result<(), sqlx::Error> {
     let now = now_ms();
     let sql = format!(
         "INSERT INTO {} (id_hash, endpoint, message_id, created_at_ms, expires_at_ms)

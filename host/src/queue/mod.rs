@@ -1,6 +1,7 @@
 //! The SQL queue: message statuses, identity, leases with fencing tokens, retries and
-//! scheduling. [`QueueStore`] is the seam every store (SQLite now, PostgreSQL next)
-//! implements; the dispatch loop and the CLI only speak to it.
+//! scheduling. [`QueueStore`] is the seam the dispatch loop and the CLI speak to;
+//! [`SqlStore`] implements it once for SQLite and PostgreSQL over the dialect layer
+//! ([`crate::sql`]).
 //!
 //! Order of leasing within a queue: higher `priority` first; among equal priorities the
 //! earliest processing date first; then first enqueued first.
@@ -14,11 +15,14 @@ mod notify;
 mod payload;
 mod plan;
 mod postgres;
+mod prepared;
 mod rows;
 pub mod sessions;
 mod settle;
 mod sqlite;
+mod statements;
 mod status;
+mod store;
 mod types;
 
 use async_trait::async_trait;
@@ -26,13 +30,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
 pub(crate) use inbox_records::inbox_writes;
-pub use inbox_records::{InboxRow, InboxWrite, inbox_hash, record_postgres, record_sqlite};
+pub use inbox_records::{InboxRow, InboxWrite, inbox_hash, record};
 pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
-pub use postgres::{PostgresStore, VACUUM_AFTER_LEASES};
-pub use sqlite::SqliteStore;
+pub use postgres::VACUUM_AFTER_LEASES;
 pub(crate) use sqlite::sqlite_options;
 pub use status::Status;
+pub use store::SqlStore;
 pub use types::{
     BlockedSession, Disposition, EnqueueStatus, Enqueued, HistoryEntry, Lease, LeasedMessage,
     MessageFilter, NewMessage, NextVersion, Retention, Selector, SettleResult, Settlement,
@@ -297,15 +301,13 @@ async fn open_store(
     schema: Option<&str>,
     max_connections: u32,
 ) -> Result<std::sync::Arc<dyn QueueStore>, QueueError> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(std::sync::Arc::new(
-            PostgresStore::open_in_schema(url, schema, max_connections).await?,
-        ))
-    } else {
-        Ok(std::sync::Arc::new(
-            SqliteStore::open(url, max_connections).await?,
-        ))
-    }
+    let store = match crate::sql::Dialect::of_url(url) {
+        crate::sql::Dialect::Postgres => {
+            SqlStore::open_postgres(url, schema, max_connections).await?
+        }
+        crate::sql::Dialect::Sqlite => SqlStore::open_sqlite(url, max_connections).await?,
+    };
+    Ok(std::sync::Arc::new(store))
 }
 
 /// The inbox a lease checks its deliveries against.

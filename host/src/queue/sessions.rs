@@ -21,6 +21,11 @@
 //! could leave behind: parking and draining happen in the transaction that changes the
 //! blocker, and every housekeeping pass tends the queue's blocked sessions again.
 
+use std::sync::LazyLock;
+
+use super::{BlockedSession, QueueError, Status, now_ms};
+use crate::sql::{Conn, Dialect, Pool, Query, Text};
+
 /// Every status a session message can have while it still matters for its session's order;
 /// the partial index `messages_session` holds exactly these rows. Queries repeat this list
 /// word for word so both dialects see they may use the index.
@@ -58,7 +63,7 @@ const BLOCKER: &str = "b.session_key IS NOT NULL \
 /// Park the ready messages of the sessions `set` (an SQL set expression) of queue `$1` that
 /// wait behind a blocker (`$2`: now). The blocked sessions among `set` are found first, through
 /// the small index of blockers, so a large `set` without blockers costs one probe per key.
-pub(crate) fn park(set: &str) -> String {
+pub(crate) fn park_statement(set: &str) -> String {
     format!(
         "UPDATE messages SET status = 'parked', updated_at_ms = $2
 WHERE queue = $1
@@ -74,7 +79,7 @@ WHERE queue = $1
 
 /// Make the parked messages of the sessions `set` of queue `$1` ready again (`$2`: now) where
 /// nothing blocks them any more and nothing older of their session is still on its way.
-pub(crate) fn drain(set: &str) -> String {
+pub(crate) fn drain_statement(set: &str) -> String {
     format!(
         "UPDATE messages SET status = CASE WHEN process_at_ms > $2 THEN 'sleeping' ELSE 'pending' END,
     updated_at_ms = $2
@@ -113,7 +118,7 @@ LIMIT $2";
 
 /// Which sessions of queue `$1` among `set` have a message waiting, in flight or blocking:
 /// every status the partial index holds, except a failure an operator already decided on.
-pub(crate) fn live(set: &str) -> String {
+pub(crate) fn live_statement(set: &str) -> String {
     format!(
         "SELECT DISTINCT session_key FROM messages
 WHERE queue = $1 AND session_key IN ({set})
@@ -160,11 +165,11 @@ impl TendSql {
     /// The statements for a dialect whose set expression over the JSON array `$3` is `listed`.
     pub fn new(listed: &str) -> Self {
         TendSql {
-            park_listed: park(listed),
-            drain_listed: drain(listed),
-            park_troubled: park(TROUBLED),
-            drain_troubled: drain(TROUBLED),
-            live_listed: live(&listed.replace("$3", "$2")),
+            park_listed: park_statement(listed),
+            drain_listed: drain_statement(listed),
+            park_troubled: park_statement(TROUBLED),
+            drain_troubled: drain_statement(TROUBLED),
+            live_listed: live_statement(&listed.replace("$3", "$2")),
             held_listed: format!(
                 "SELECT message_id FROM messages
 WHERE queue = $1 AND message_id IN ({}) AND session_key IS NOT NULL",
@@ -196,181 +201,190 @@ pub(crate) fn by_queue<'a>(
         .collect()
 }
 
-/// Implement the session commands shared by both dialects, in a store module that defines
-/// `$store` (with a `pool` for writes and `readers()`), on connections of type `$conn`, with
-/// that dialect's [`TendSql`] `$tend`: `tend`, `park` (an enqueue's) and `tend_touched`, in
-/// the caller's transaction, and the store's `settle_handoff_now`, `tend_queue` and
-/// `blocked_now`.
-macro_rules! session_commands {
-    ($store:ty, $conn:ty, $tend:expr) => {
-        /// Park and drain the sessions of `queue`: those in the JSON array `sessions`, or with
-        /// `None` every session of the queue with a blocker or parked messages.
-        pub(super) async fn tend(
-            conn: &mut $conn,
-            queue: &str,
-            sessions: Option<&str>,
-            now: i64,
-        ) -> Result<(), $crate::queue::QueueError> {
-            let tend: &$crate::queue::sessions::TendSql = &$tend;
-            let (park, drain) = match sessions {
-                Some(_) => (&tend.park_listed, &tend.drain_listed),
-                None => (&tend.park_troubled, &tend.drain_troubled),
-            };
-            for sql in [park, drain] {
-                let mut statement = sqlx::query(sql.as_str()).bind(queue).bind(now);
-                if let Some(list) = sessions {
-                    statement = statement.bind(list);
-                }
-                statement.execute(&mut *conn).await?;
-            }
-            Ok(())
-        }
-
-        /// Park what waits behind a blocker in the sessions in the JSON array `sessions` of
-        /// `queue` (what an enqueue into a blocked session needs; nothing there can drain).
-        pub(super) async fn park(
-            conn: &mut $conn,
-            queue: &str,
-            sessions: &str,
-            now: i64,
-        ) -> Result<(), $crate::queue::QueueError> {
-            let tend: &$crate::queue::sessions::TendSql = &$tend;
-            sqlx::query(tend.park_listed.as_str())
-                .bind(queue)
-                .bind(now)
-                .bind(sessions)
-                .execute(&mut *conn)
-                .await?;
-            Ok(())
-        }
-
-        /// Tend the sessions of the messages an operator command changed (their queue and session,
-        /// as its `RETURNING` gave them).
-        pub(super) async fn tend_touched(
-            conn: &mut $conn,
-            touched: &[(String, Option<String>)],
-            now: i64,
-        ) -> Result<(), $crate::queue::QueueError> {
-            let pairs = touched
-                .iter()
-                .filter_map(|(queue, session)| Some((queue.as_str(), session.as_deref()?)));
-            for (queue, list) in $crate::queue::sessions::by_queue(pairs) {
-                tend(conn, queue, Some(&list), now).await?;
-            }
-            Ok(())
-        }
-
-        impl $store {
-            /// Settle a handed-off message (see [`crate::queue::QueueStore::settle_handoff`]).
-            pub(super) async fn settle_handoff_now(
-                &self,
-                key: i64,
-                failure: Option<&str>,
-            ) -> Result<bool, $crate::queue::QueueError> {
-                let now = $crate::queue::now_ms();
-                let mut tx = self.pool.begin().await?;
-                use $crate::queue::sessions::{HANDOFF_COMPLETED, HANDOFF_FAILED};
-                let (status, outcome) = match failure {
-                    Some(_) => ("failed", HANDOFF_FAILED),
-                    None => ("processed", HANDOFF_COMPLETED),
-                };
-                let touched: Vec<(String, Option<String>)> =
-                    sqlx::query_as($crate::queue::sessions::SETTLE_HANDOFF)
-                        .bind(now)
-                        .bind(status)
-                        .bind(key)
-                        .bind(failure)
-                        .bind(outcome)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                tend_touched(&mut tx, &touched, now).await?;
-                tx.commit().await?;
-                Ok(!touched.is_empty())
-            }
-
-            /// Tend every troubled session of a queue (see [`crate::queue::QueueStore::tend_sessions`]).
-            pub(super) async fn tend_queue(
-                &self,
-                queue: &str,
-            ) -> Result<(), $crate::queue::QueueError> {
-                let mut tx = self.pool.begin().await?;
-                tend(&mut tx, queue, None, $crate::queue::now_ms()).await?;
-                tx.commit().await?;
-                Ok(())
-            }
-
-            /// Sessions in use (see [`crate::queue::QueueStore::sessions_in_use`]).
-            pub(super) async fn live_now(
-                &self,
-                queue: &str,
-                sessions: &[String],
-            ) -> Result<Vec<String>, $crate::queue::QueueError> {
-                let tend: &$crate::queue::sessions::TendSql = &$tend;
-                self.select_listed(&tend.live_listed, queue, sessions).await
-            }
-
-            /// Session messages held (see [`crate::queue::QueueStore::session_ids_held`]).
-            pub(super) async fn held_now(
-                &self,
-                queue: &str,
-                ids: &[String],
-            ) -> Result<Vec<String>, $crate::queue::QueueError> {
-                let tend: &$crate::queue::sessions::TendSql = &$tend;
-                self.select_listed(&tend.held_listed, queue, ids).await
-            }
-
-            /// The text column `sql` selects for `queue` (`$1`) and `items` (`$2`, a JSON
-            /// array); nothing for no items.
-            async fn select_listed(
-                &self,
-                sql: &str,
-                queue: &str,
-                items: &[String],
-            ) -> Result<Vec<String>, $crate::queue::QueueError> {
-                if items.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let list = serde_json::to_string(items).expect("strings serialize");
-                let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                    .bind(queue)
-                    .bind(list)
-                    .fetch_all(self.readers())
-                    .await?;
-                Ok(rows.into_iter().map(|(v,)| v).collect())
-            }
-
-            /// Blocked sessions (see [`crate::queue::QueueStore::blocked_sessions`]).
-            pub(super) async fn blocked_now(
-                &self,
-                queue: Option<&str>,
-                limit: u32,
-            ) -> Result<Vec<$crate::queue::BlockedSession>, $crate::queue::QueueError> {
-                let rows = sqlx::query($crate::queue::sessions::BLOCKED)
-                    .bind(queue)
-                    .bind(limit as i64)
-                    .fetch_all(self.readers())
-                    .await?;
-                rows.iter()
-                    .map(|r| {
-                        use sqlx::Row;
-                        Ok($crate::queue::BlockedSession {
-                            queue: r.try_get("queue")?,
-                            session: r.try_get("session_key")?,
-                            blocked_by_key: r.try_get("key")?,
-                            blocked_by_id: r.try_get("message_id")?,
-                            blocked_by_delivery_id: r.try_get("blocker_delivery")?,
-                            status: $crate::queue::Status::parse(r.try_get::<&str, _>("status")?),
-                            last_error: r.try_get("last_error")?,
-                            parked: r.try_get::<i64, _>("parked")? as u64,
-                            since_ms: r.try_get("updated_at_ms")?,
-                        })
-                    })
-                    .collect()
-            }
-        }
-    };
+/// The statements that tend sessions, in the words of `dialect` (how it reads a JSON array
+/// of session keys).
+fn tend_statements(dialect: Dialect) -> &'static TendSql {
+    static SQLITE: LazyLock<TendSql> =
+        LazyLock::new(|| TendSql::new(&Dialect::Sqlite.json_strings(3)));
+    static POSTGRES: LazyLock<TendSql> =
+        LazyLock::new(|| TendSql::new(&Dialect::Postgres.json_strings(3)));
+    match dialect {
+        Dialect::Sqlite => &SQLITE,
+        Dialect::Postgres => &POSTGRES,
+    }
 }
-pub(crate) use session_commands;
+
+/// Park and drain sessions of `queue` in the caller's transaction: those in the JSON array
+/// `sessions`, or (`None`) every session of the queue with a blocker or parked messages.
+pub(super) async fn tend(
+    conn: &mut Conn<'_>,
+    queue: &str,
+    sessions: Option<&str>,
+    now: i64,
+) -> Result<(), QueueError> {
+    let tend = tend_statements(conn.dialect());
+    let (park, drain) = match sessions {
+        Some(_) => (&tend.park_listed, &tend.drain_listed),
+        None => (&tend.park_troubled, &tend.drain_troubled),
+    };
+    for sql in [park, drain] {
+        let mut statement = conn.query(sql.as_str()).bind(queue).bind(now);
+        if let Some(list) = sessions {
+            statement = statement.bind(list);
+        }
+        statement.execute().await?;
+    }
+    Ok(())
+}
+
+/// Park what was enqueued into a blocked session: the sessions in the JSON array `sessions`.
+pub(super) async fn park(
+    conn: &mut Conn<'_>,
+    queue: &str,
+    sessions: &str,
+    now: i64,
+) -> Result<(), QueueError> {
+    let tend = tend_statements(conn.dialect());
+    conn.query(tend.park_listed.as_str())
+        .bind(queue)
+        .bind(now)
+        .bind(sessions)
+        .execute()
+        .await?;
+    Ok(())
+}
+
+/// Tend the sessions of the `(queue, session)` rows an operator command changed.
+async fn tend_touched(
+    conn: &mut Conn<'_>,
+    touched: &[(String, Option<String>)],
+    now: i64,
+) -> Result<(), QueueError> {
+    let pairs = touched
+        .iter()
+        .filter_map(|(queue, session)| Some((queue.as_str(), session.as_deref()?)));
+    for (queue, list) in by_queue(pairs) {
+        tend(conn, queue, Some(&list), now).await?;
+    }
+    Ok(())
+}
+
+/// Run `sql` (its parameters bound by `bind`), which changes messages and returns the queue
+/// and session key of each, and tend the sessions it touched, in one transaction; returns how
+/// many messages it changed.
+pub(super) async fn change_and_tend(
+    pool: &Pool,
+    sql: impl Text,
+    now: i64,
+    bind: impl for<'q> FnOnce(Query<'q>) -> Query<'q>,
+) -> Result<usize, QueueError> {
+    let mut tx = pool.begin().await?;
+    let rows = bind(tx.conn().query(sql)).fetch_all().await?;
+    let touched = rows
+        .iter()
+        .map(|r| Ok((r.get("queue")?, r.get("session_key")?)))
+        .collect::<Result<Vec<(String, Option<String>)>, QueueError>>()?;
+    tend_touched(&mut tx.conn(), &touched, now).await?;
+    tx.commit().await?;
+    Ok(touched.len())
+}
+
+/// See [`crate::queue::QueueStore::settle_handoff`].
+pub(super) async fn settle_handoff(
+    pool: &Pool,
+    key: i64,
+    failure: Option<&str>,
+) -> Result<bool, QueueError> {
+    let now = now_ms();
+    let (status, outcome) = match failure {
+        Some(_) => ("failed", HANDOFF_FAILED),
+        None => ("processed", HANDOFF_COMPLETED),
+    };
+    let changed = change_and_tend(pool, SETTLE_HANDOFF, now, |q| {
+        q.bind(now)
+            .bind(status)
+            .bind(key)
+            .bind(failure)
+            .bind(outcome)
+    });
+    Ok(changed.await? > 0)
+}
+
+/// See [`crate::queue::QueueStore::tend_sessions`].
+pub(super) async fn tend_queue(pool: &Pool, queue: &str) -> Result<(), QueueError> {
+    let mut tx = pool.begin().await?;
+    tend(&mut tx.conn(), queue, None, now_ms()).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// See [`crate::queue::QueueStore::sessions_in_use`].
+pub(super) async fn sessions_in_use(
+    readers: &Pool,
+    queue: &str,
+    sessions: &[String],
+) -> Result<Vec<String>, QueueError> {
+    let tend = tend_statements(readers.dialect());
+    select_listed(readers, &tend.live_listed, queue, sessions).await
+}
+
+/// See [`crate::queue::QueueStore::session_ids_held`].
+pub(super) async fn session_ids_held(
+    readers: &Pool,
+    queue: &str,
+    ids: &[String],
+) -> Result<Vec<String>, QueueError> {
+    let tend = tend_statements(readers.dialect());
+    select_listed(readers, &tend.held_listed, queue, ids).await
+}
+
+async fn select_listed(
+    readers: &Pool,
+    sql: &'static str,
+    queue: &str,
+    items: &[String],
+) -> Result<Vec<String>, QueueError> {
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = serde_json::to_string(items).expect("strings serialize");
+    let found = readers
+        .query(sql)
+        .bind(queue)
+        .bind(list)
+        .fetch_column()
+        .await?;
+    Ok(found)
+}
+
+/// See [`crate::queue::QueueStore::blocked_sessions`].
+pub(super) async fn blocked_sessions(
+    readers: &Pool,
+    queue: Option<&str>,
+    limit: u32,
+) -> Result<Vec<BlockedSession>, QueueError> {
+    let rows = readers
+        .query(BLOCKED)
+        .bind(queue)
+        .bind(limit as i64)
+        .fetch_all()
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(BlockedSession {
+                queue: r.get("queue")?,
+                session: r.get("session_key")?,
+                blocked_by_key: r.get("key")?,
+                blocked_by_id: r.get("message_id")?,
+                blocked_by_delivery_id: r.get("blocker_delivery")?,
+                status: Status::parse(r.get::<&str, _>("status")?),
+                last_error: r.get("last_error")?,
+                parked: r.get::<i64, _>("parked")? as u64,
+                since_ms: r.get("updated_at_ms")?,
+            })
+        })
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,83 +1,25 @@
 //! Settling leases, once for every SQL dialect: the inbox records first, then each outcome,
 //! fenced by the lease token, inside the caller's transaction. A message re-enqueued while it
 //! was leased (AwaitingRelease) keeps its newer version: this processor's outcome is recorded
-//! in history and the newer version becomes live. Each store supplies only its statements,
-//! through [`SettleStatements`].
+//! in history and the newer version becomes live. Only the batch of completions differs
+//! between dialects (arrays on PostgreSQL, a JSON array on SQLite).
 
 use std::collections::HashSet;
 
-use async_trait::async_trait;
-
-use super::sessions::by_queue;
-use super::{Disposition, InboxWrite, Lease, QueueError, SettleResult, Settlement, inbox_writes};
-
-/// The statements one dialect runs for a settlement, all inside the caller's transaction.
-/// Each fenced statement applies only to a message still `processing` under `lease` and says
-/// whether it did.
-#[async_trait]
-pub(crate) trait SettleStatements: Send {
-    /// Write inbox records into a table of the queue database.
-    async fn record_inbox(&mut self, write: &InboxWrite) -> Result<(), QueueError>;
-
-    /// Complete `completes` (kept as processed, with their outcome); returns the leases done.
-    async fn complete_kept(
-        &mut self,
-        completes: &[&Settlement],
-        now: i64,
-    ) -> Result<HashSet<Lease>, QueueError>;
-
-    /// Copy the live version of message `lease.key` into history, with `status` and `error`
-    /// when given, if its lease is `lease` and its status is `only_in`.
-    async fn record_history(
-        &mut self,
-        lease: Lease,
-        status: &str,
-        error: Option<&str>,
-        only_in: &str,
-        now: i64,
-    ) -> Result<(), QueueError>;
-
-    /// Delete the message (completed, not kept).
-    async fn delete_leased(&mut self, lease: Lease) -> Result<bool, QueueError>;
-
-    /// Make it ready again at `at_ms` (pending, or sleeping until then).
-    async fn retry(
-        &mut self,
-        lease: Lease,
-        at_ms: i64,
-        error: Option<&str>,
-        now: i64,
-    ) -> Result<bool, QueueError>;
-
-    /// Fail it with `error`.
-    async fn fail(&mut self, lease: Lease, error: &str, now: i64) -> Result<bool, QueueError>;
-
-    /// Hand it back without counting the attempt.
-    async fn release(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError>;
-
-    /// Make the version that waited for release (AwaitingRelease under `lease`) live.
-    async fn apply_next(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError>;
-
-    /// Whether the message was completed and kept under `lease` already: a settlement
-    /// retried after its completion went through (the answer to the first try was lost).
-    async fn completed_under(&mut self, lease: Lease) -> Result<bool, QueueError>;
-
-    /// Keep it `handed-off` (a pending handoff in a session).
-    async fn hand_off(&mut self, lease: Lease, now: i64) -> Result<bool, QueueError>;
-
-    /// Park and drain the sessions in the JSON array `sessions` of `queue`.
-    async fn tend_sessions(
-        &mut self,
-        queue: &str,
-        sessions: &str,
-        now: i64,
-    ) -> Result<(), QueueError>;
-}
+use super::sessions::{self, by_queue};
+use super::statements::{
+    APPLY_NEXT, COMPLETED_UNDER, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
+};
+use super::{
+    Disposition, InboxWrite, Lease, QueueError, SettleResult, Settlement, inbox_records,
+    inbox_writes, postgres, sqlite,
+};
+use crate::sql::{Conn, Pool, Text};
 
 /// The inbox records of a batch made only of completions that keep their message, outside
 /// sessions, with at most one inbox write: `Some(write)` for such a batch, which a store may
 /// apply in one statement. `None` for any other batch.
-pub(crate) fn plain_completions(settlements: &[Settlement]) -> Option<Option<InboxWrite>> {
+fn plain_completions(settlements: &[Settlement]) -> Option<Option<InboxWrite>> {
     let plain = settlements
         .iter()
         .all(|s| s.disposition == Disposition::Complete && s.keep_processed && s.session.is_none());
@@ -92,15 +34,67 @@ pub(crate) fn plain_completions(settlements: &[Settlement]) -> Option<Option<Inb
     }
 }
 
-/// Apply `settlements` through `statements` (one transaction); results in input order.
-pub(crate) async fn settle<S: SettleStatements>(
-    statements: &mut S,
+/// Apply `settlements` on `pool`; results in input order. On PostgreSQL a batch of plain
+/// completions ([`plain_completions`]) is one statement, so one round trip where `BEGIN`, the
+/// inbox records, the update and `COMMIT` took four: the settlement task waits for each batch,
+/// so every round trip saved is throughput. Its messages that it did not complete
+/// (re-enqueued while leased, or leased no more) are then settled as any batch is, their
+/// inbox records already written (a record follows the handler's success, not the lease).
+/// Any other batch is one transaction.
+pub(crate) async fn settle_batch(
+    pool: &Pool,
+    settlements: &[Settlement],
+    now: i64,
+) -> Result<Vec<SettleResult>, QueueError> {
+    let (Pool::Postgres(pg), Some(inbox)) = (pool, plain_completions(settlements)) else {
+        return in_transaction(pool, settlements, now).await;
+    };
+    let completes: Vec<&Settlement> = settlements.iter().collect();
+    let done =
+        postgres::complete(&mut *pg.acquire().await?, &completes, inbox.as_ref(), now).await?;
+    let rest: Vec<Settlement> = settlements
+        .iter()
+        .filter(|s| !done.contains(&s.lease))
+        .map(|s| Settlement {
+            inbox: None,
+            ..s.clone()
+        })
+        .collect();
+    let mut rest = if rest.is_empty() {
+        Vec::new()
+    } else {
+        in_transaction(pool, &rest, now).await?
+    }
+    .into_iter();
+    Ok(settlements
+        .iter()
+        .map(|s| match done.contains(&s.lease) {
+            true => SettleResult::Applied,
+            false => rest.next().unwrap_or(SettleResult::LeaseLost),
+        })
+        .collect())
+}
+
+async fn in_transaction(
+    pool: &Pool,
+    settlements: &[Settlement],
+    now: i64,
+) -> Result<Vec<SettleResult>, QueueError> {
+    let mut tx = pool.begin().await?;
+    let results = settle(&mut tx.conn(), settlements, now).await?;
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// Apply `settlements` on `conn`, in the caller's transaction; results in input order.
+async fn settle(
+    conn: &mut Conn<'_>,
     settlements: &[Settlement],
     now: i64,
 ) -> Result<Vec<SettleResult>, QueueError> {
     // Inbox records first: recorded exactly when the settlement commits.
     for write in inbox_writes(settlements) {
-        statements.record_inbox(&write).await?;
+        inbox_records::record(conn, &write).await?;
     }
     // The common case, completions that keep the message, together.
     let completes: Vec<&Settlement> = settlements
@@ -110,11 +104,11 @@ pub(crate) async fn settle<S: SettleStatements>(
     let completed = if completes.is_empty() {
         HashSet::new()
     } else {
-        statements.complete_kept(&completes, now).await?
+        complete_kept(conn, &completes, now).await?
     };
     let mut results = Vec::with_capacity(settlements.len());
     for s in settlements {
-        let applied = completed.contains(&s.lease) || settle_one(statements, s, now).await?;
+        let applied = completed.contains(&s.lease) || settle_one(conn, s, now).await?;
         results.push(if applied {
             SettleResult::Applied
         } else {
@@ -132,34 +126,34 @@ pub(crate) async fn settle<S: SettleStatements>(
         changes_order.then_some((queue.as_str(), session.as_str()))
     });
     for (queue, sessions) in by_queue(touched) {
-        statements.tend_sessions(queue, &sessions, now).await?;
+        sessions::tend(conn, queue, Some(&sessions), now).await?;
     }
     Ok(results)
 }
 
-async fn settle_one<S: SettleStatements>(
-    statements: &mut S,
-    s: &Settlement,
-    now: i64,
-) -> Result<bool, QueueError> {
+async fn settle_one(conn: &mut Conn<'_>, s: &Settlement, now: i64) -> Result<bool, QueueError> {
     let lease = s.lease;
     let applied = match &s.disposition {
         // Not completed with the others: leased no more, or awaiting release.
         Disposition::Complete if s.keep_processed => false,
         Disposition::Complete => {
-            statements
-                .record_history(lease, "processed", None, "processing", now)
-                .await?;
-            statements.delete_leased(lease).await?
+            record_history(conn, lease, "processed", None, "processing", now).await?;
+            fenced(conn, &DELETE_LEASED, None, lease).await?
         }
         Disposition::Retry { at_ms, error } => {
-            statements
-                .retry(lease, *at_ms, error.as_deref(), now)
-                .await?
+            let retry = conn
+                .query(&RETRY)
+                .bind(now)
+                .bind(*at_ms)
+                .bind(error.as_deref());
+            changed_one(retry.bind(lease.key).bind(lease.token)).await?
         }
-        Disposition::Fail { error } => statements.fail(lease, error, now).await?,
-        Disposition::Release => statements.release(lease, now).await?,
-        Disposition::HandOff => statements.hand_off(lease, now).await?,
+        Disposition::Fail { error } => {
+            let fail = conn.query(&FAIL).bind(now).bind(error.as_str());
+            changed_one(fail.bind(lease.key).bind(lease.token)).await?
+        }
+        Disposition::Release => fenced(conn, &RELEASE, Some(now), lease).await?,
+        Disposition::HandOff => fenced(conn, sessions::HAND_OFF, Some(now), lease).await?,
     };
     if applied {
         return Ok(true);
@@ -173,16 +167,80 @@ async fn settle_one<S: SettleStatements>(
         _ => None,
     };
     if let Some((status, error)) = outcome {
-        statements
-            .record_history(lease, status, error, "awaiting-release", now)
-            .await?;
+        record_history(conn, lease, status, error, "awaiting-release", now).await?;
     }
-    if statements.apply_next(lease, now).await? {
+    let next = conn
+        .query(&APPLY_NEXT)
+        .bind(now)
+        .bind(None::<String>)
+        .bind(None::<String>);
+    let next = next.bind(lease.key).bind(lease.token).bind(None::<String>);
+    if changed_one(next).await? {
         return Ok(true);
     }
     // A retry of a completion that went through: applied, not lost.
     match s.disposition {
-        Disposition::Complete if s.keep_processed => statements.completed_under(lease).await,
+        Disposition::Complete if s.keep_processed => {
+            let found = conn
+                .query(&COMPLETED_UNDER)
+                .bind(lease.key)
+                .bind(lease.token);
+            Ok(found.fetch_optional().await?.is_some())
+        }
         _ => Ok(false),
+    }
+}
+
+/// Whether a fenced statement changed its message.
+async fn changed_one(statement: crate::sql::Query<'_>) -> Result<bool, QueueError> {
+    Ok(statement.execute().await? == 1)
+}
+
+/// Run a statement binding (`now` when given,) the lease's key and token.
+async fn fenced(
+    conn: &mut Conn<'_>,
+    sql: impl Text,
+    now: Option<i64>,
+    lease: Lease,
+) -> Result<bool, QueueError> {
+    let mut statement = conn.query(sql);
+    if let Some(now) = now {
+        statement = statement.bind(now);
+    }
+    changed_one(statement.bind(lease.key).bind(lease.token)).await
+}
+
+/// Copy the live version of message `lease.key` into history, with `status` and `error`
+/// when given, if its lease is `lease` and its status is `only_in`.
+pub(super) async fn record_history(
+    conn: &mut Conn<'_>,
+    lease: Lease,
+    status: &str,
+    error: Option<&str>,
+    only_in: &str,
+    now: i64,
+) -> Result<(), QueueError> {
+    conn.query(&RECORD_HISTORY)
+        .bind(now)
+        .bind(status)
+        .bind(error)
+        .bind(lease.key)
+        .bind(lease.token)
+        .bind(only_in)
+        .execute()
+        .await?;
+    Ok(())
+}
+
+/// Complete `completes` (kept as processed, with their outcome) in one statement; returns
+/// the leases done.
+async fn complete_kept(
+    conn: &mut Conn<'_>,
+    completes: &[&Settlement],
+    now: i64,
+) -> Result<HashSet<Lease>, QueueError> {
+    match conn {
+        Conn::Postgres(pg) => postgres::complete(pg, completes, None, now).await,
+        Conn::Sqlite(lite) => sqlite::complete(lite, completes, now).await,
     }
 }

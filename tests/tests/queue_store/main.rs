@@ -12,8 +12,7 @@ mod sessions;
 use std::sync::Arc;
 
 use wharf_host::queue::{
-    Disposition, Lease, NewMessage, PostgresStore, QueueStore, SettleResult, Settlement,
-    SqliteStore, Status,
+    Disposition, Lease, NewMessage, QueueStore, SettleResult, Settlement, SqlStore, Status,
 };
 use wharf_tests::{PgSchema, database_url};
 
@@ -27,14 +26,14 @@ pub(crate) async fn sqlite() -> Subject {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("queue.db").display());
     Subject {
-        store: Arc::new(SqliteStore::open(&url, 4).await.unwrap()),
+        store: Arc::new(SqlStore::open_sqlite(&url, 4).await.unwrap()),
         _guard: Box::new(dir),
     }
 }
 
 pub(crate) async fn postgres() -> Subject {
     let schema = PgSchema::new();
-    let store = PostgresStore::open_in_schema(&database_url(), Some(&schema.name), 8)
+    let store = SqlStore::open_postgres(&database_url(), Some(&schema.name), 8)
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL at {} (set DATABASE_URL): {e}", database_url()));
     Subject {

@@ -11,7 +11,11 @@ use crate::queue::notify::READY_CHANNEL;
 
 /// Forward `wharf_ready` notifications to `wake` until shutdown, reconnecting after
 /// connection loss (logged once per outage).
-pub(super) async fn listen_for_ready(pool: PgPool, wake: WakeFn, shutdown: CancellationToken) {
+pub(in crate::queue) async fn listen_for_ready(
+    pool: PgPool,
+    wake: WakeFn,
+    shutdown: CancellationToken,
+) {
     let mut failing = false;
     while !shutdown.is_cancelled() {
         let listener = async {

@@ -1,13 +1,10 @@
-//! The SQL statements of the PostgreSQL queue store.
+//! The statements only the PostgreSQL queue store runs: array batches (`UNNEST`), advisory
+//! locks on ids, its lease and its batch of completions.
 
 use std::sync::LazyLock;
 
 use crate::queue::inbox_records::insert_postgres;
-use crate::queue::sessions::{self, TendSql};
-
-/// How PostgreSQL reads the session keys of a JSON array `$3`.
-pub(super) static TEND: LazyLock<TendSql> =
-    LazyLock::new(|| TendSql::new("SELECT jsonb_array_elements_text($3::jsonb)"));
+use crate::queue::sessions;
 
 /// Insert a round of new messages (one array per column, `$1` the queue, `$2` now); an id
 /// already stored is skipped. Keys follow the batch order, so first enqueued is first leased.
@@ -37,35 +34,6 @@ SELECT count(pg_advisory_xact_lock(k.queue_hash, k.id_hash)) FROM (
     FROM UNNEST($2::text[]) AS id
     ORDER BY 1, 2) k";
 
-/// The stored message with an id, locked for the enqueue that applies to it.
-pub(super) const SELECT_EXISTING: &str = "
-SELECT key, status, payload_hash, next_payload_hash FROM messages
-WHERE queue = $1 AND wharf_id_hash(message_id) = wharf_id_hash($2) AND message_id = $2
-FOR UPDATE";
-
-pub(super) const DEFER: &str = "
-UPDATE messages SET next_delivery_id = $1, next_payload = $2, next_payload_hash = $3, next_headers = $4,
-    next_priority = $5, next_process_at_ms = $6, next_status = $7, next_enqueued_at_ms = $8,
-    next_attempts = $10, next_last_error = $11, next_source_delivery_id = $12,
-    status = 'awaiting-release', updated_at_ms = $8
-WHERE key = $9";
-
-pub(super) const RECORD_HISTORY: &str = "
-INSERT INTO message_history (queue, message_id, message_key, version, delivery_id, payload, headers, priority,
-                             status, attempts, last_error, enqueued_at_ms, processed_at_ms, recorded_at_ms)
-SELECT queue, message_id, key, version, delivery_id, payload, headers, priority,
-       COALESCE($2::text, status), attempts, COALESCE($3::text, last_error), enqueued_at_ms,
-       CASE WHEN $2::text = 'processed' THEN $1 ELSE processed_at_ms END, $1
-FROM messages WHERE key = $4 AND message_id IS NOT NULL AND ($5::bigint IS NULL OR lease_token = $5)
-  AND ($6::text IS NULL OR status = $6)";
-
-pub(super) const REPLACE: &str = "
-UPDATE messages SET delivery_id = $1, payload = $2, payload_hash = $3, headers = $4, priority = $5,
-    status = $6, process_at_ms = $7, enqueued_at_ms = $8, updated_at_ms = $8, attempts = $12, last_error = $10,
-    processed_at_ms = NULL, lease_expires_at_ms = NULL, version = version + 1,
-    source_delivery_id = $11, outcome = NULL, session_key = $13
-WHERE key = $9";
-
 /// Lease up to `$4` ready messages of queue `$3` (`$2` now, until `$1`); `guard` adds a
 /// condition on each candidate row (`messages`).
 fn lease_with(guard: &str) -> String {
@@ -90,7 +58,7 @@ static LEASE_IN_SESSIONS: LazyLock<String> =
     LazyLock::new(|| lease_with(&format!("AND {}", sessions::head_guard())));
 
 /// The lease statement: plain, or leasing only the heads of sessions.
-pub(super) fn lease(sessions: bool) -> &'static str {
+pub(in crate::queue) fn lease(sessions: bool) -> &'static str {
     if sessions {
         LEASE_IN_SESSIONS.as_str()
     } else {
@@ -102,7 +70,7 @@ pub(super) fn lease(sessions: bool) -> &'static str {
 /// the key is SHA-256 over the length-delimited (endpoint, delivery id) encoding, the same
 /// bytes as `InboxKey::new`. A lateral lookup, not `EXISTS`: PostgreSQL turns an uncorrelated
 /// `EXISTS` into a hashed sub-plan that scans the whole inbox table on every lease.
-pub(super) fn lease_checking_inbox(inbox_table: &str, sessions: bool) -> String {
+pub(in crate::queue) fn lease_checking_inbox(inbox_table: &str, sessions: bool) -> String {
     let lease = lease(sessions);
     format!(
         "WITH leased AS ({lease})
@@ -117,6 +85,8 @@ FROM leased LEFT JOIN LATERAL (
     )
 }
 
+/// Complete the leases of the arrays `$2` (keys), `$3` (tokens) and `$4` (outcomes) kept as
+/// processed (`$1` now), in one statement; returns the leases it completed.
 pub(super) const COMPLETE_MANY: &str = "
 UPDATE messages m SET status = 'processed', processed_at_ms = $1, updated_at_ms = $1, lease_expires_at_ms = NULL,
                       outcome = done.outcome
@@ -132,50 +102,3 @@ pub(super) fn complete_recording_inbox(inbox_table: &str) -> String {
     let record = insert_postgres(inbox_table, [6, 7, 8, 1, 5]);
     format!("WITH recorded AS ({record})\n{COMPLETE_MANY}")
 }
-
-pub(super) const COMPLETED_UNDER: &str =
-    "SELECT 1 FROM messages WHERE key = $1 AND lease_token = $2 AND status = 'processed'";
-
-pub(super) const DELETE_LEASED: &str =
-    "DELETE FROM messages WHERE key = $1 AND lease_token = $2 AND status = 'processing'";
-
-pub(super) const RETRY: &str = "
-UPDATE messages SET status = CASE WHEN $2 <= $1 THEN 'pending' ELSE 'sleeping' END,
-                    process_at_ms = $2, last_error = COALESCE($3, last_error),
-                    updated_at_ms = $1, lease_expires_at_ms = NULL
-WHERE key = $4 AND lease_token = $5 AND status = 'processing'";
-
-pub(super) const FAIL: &str = "
-UPDATE messages SET status = 'failed', last_error = $2, outcome = NULL, updated_at_ms = $1, lease_expires_at_ms = NULL
-WHERE key = $3 AND lease_token = $4 AND status = 'processing'";
-
-pub(super) const RELEASE: &str = "
-UPDATE messages SET status = 'pending', attempts = GREATEST(attempts - 1, 0), updated_at_ms = $1,
-                    lease_expires_at_ms = NULL
-WHERE key = $2 AND lease_token = $3 AND status = 'processing'";
-
-pub(super) const APPLY_NEXT: &str = "
-UPDATE messages SET delivery_id = next_delivery_id, payload = next_payload, payload_hash = next_payload_hash,
-    headers = next_headers, priority = next_priority, process_at_ms = next_process_at_ms,
-    enqueued_at_ms = next_enqueued_at_ms,
-    status = COALESCE($2::text, next_status, CASE WHEN next_process_at_ms > $1 THEN 'sleeping' ELSE 'pending' END),
-    attempts = COALESCE(next_attempts, 0), last_error = COALESCE(next_last_error, $3::text),
-    processed_at_ms = NULL, lease_expires_at_ms = NULL, updated_at_ms = $1,
-    source_delivery_id = next_source_delivery_id, outcome = NULL, version = version + 1,
-    next_delivery_id = NULL, next_payload = NULL, next_payload_hash = NULL, next_headers = NULL,
-    next_priority = NULL, next_process_at_ms = NULL, next_status = NULL, next_enqueued_at_ms = NULL,
-    next_attempts = NULL, next_last_error = NULL, next_source_delivery_id = NULL
-WHERE status = 'awaiting-release'
-  AND (($4::bigint IS NOT NULL AND key = $4 AND lease_token = $5::bigint)
-       OR ($6::text IS NOT NULL AND queue = $6 AND lease_expires_at_ms <= $1))";
-
-pub(super) const EXPIRE: &str = "
-UPDATE messages
-SET status = CASE WHEN NOT $4 OR attempts >= $3 THEN 'failed' ELSE 'pending' END,
-    outcome = NULL,
-    last_error = 'lease expired before the message was settled (attempt ' || attempts || ')',
-    lease_expires_at_ms = NULL, updated_at_ms = $1
-WHERE queue = $2 AND status = 'processing' AND lease_expires_at_ms <= $1";
-
-pub(super) const ABANDONED: &str =
-    "lease expired before the message was settled; retry_abandoned = false";

@@ -29,7 +29,7 @@ const VACUUM: &str = "VACUUM (ANALYZE, SKIP_LOCKED, INDEX_CLEANUP ON) messages";
 
 /// The vacuum schedule of one store (shared by its clones).
 #[derive(Debug)]
-pub(super) struct Upkeep {
+pub(in crate::queue) struct Upkeep {
     /// Where the vacuum runs (the store's main pool).
     pool: PgPool,
     /// Messages leased since the last vacuum began.
@@ -44,7 +44,7 @@ pub(super) struct Upkeep {
 
 impl Upkeep {
     /// The schedule of the store whose main pool is `pool`.
-    pub(super) fn new(pool: PgPool) -> Arc<Self> {
+    pub(in crate::queue) fn new(pool: PgPool) -> Arc<Self> {
         Arc::new(Upkeep {
             pool,
             leased: AtomicU64::new(0),
@@ -55,7 +55,7 @@ impl Upkeep {
     }
 
     /// Count `n` leased messages; start a vacuum in the background when due.
-    pub(super) fn leased(self: &Arc<Self>, n: usize) {
+    pub(in crate::queue) fn leased(self: &Arc<Self>, n: usize) {
         let total = self.leased.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         if total < VACUUM_AFTER_LEASES {
             return;

@@ -26,7 +26,7 @@ pub(super) const WRITER_BACKSTOP_PAGES: u32 = 10_000;
 
 /// The checkpointing task; stops when the store's last handle is dropped.
 #[derive(Debug)]
-pub(super) struct Checkpointer(JoinHandle<()>);
+pub(in crate::queue) struct Checkpointer(JoinHandle<()>);
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
@@ -66,18 +66,22 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::queue::{NewMessage, QueueStore, SqliteStore};
+    use crate::queue::{NewMessage, QueueStore, SqlStore};
 
     #[tokio::test]
     async fn the_log_reaches_the_database_file_without_the_writer_checkpointing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("queue.db");
-        let store = SqliteStore::open(&format!("sqlite://{}", path.display()), 2)
+        let store = SqlStore::open_sqlite(&format!("sqlite://{}", path.display()), 2)
             .await
             .unwrap();
-        let backstop: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
-            .fetch_one(&store.pool)
+        let backstop: i64 = store
+            .pool
+            .query("PRAGMA wal_autocheckpoint")
+            .fetch_one()
             .await
+            .unwrap()
+            .get(0)
             .unwrap();
         assert_eq!(backstop, i64::from(WRITER_BACKSTOP_PAGES));
 

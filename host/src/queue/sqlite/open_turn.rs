@@ -96,8 +96,8 @@ async fn lock(path: PathBuf) -> Result<Option<File>, QueueError> {
 mod tests {
     use std::time::Duration;
 
-    use super::super::SqliteStore;
     use super::*;
+    use crate::queue::SqlStore;
 
     /// An open waits for its turn before its first connection: while another open (here
     /// held by the test) has the turn, the database file is not even created, so no two
@@ -110,7 +110,7 @@ mod tests {
         let held = OpenTurn::take(&path, false).await.unwrap();
         assert!(held._lock.is_some(), "the test holds the turn");
         let url = format!("sqlite://{}", path.display());
-        let mut open = tokio::spawn(async move { SqliteStore::open(&url, 1).await });
+        let mut open = tokio::spawn(async move { SqlStore::open_sqlite(&url, 1).await });
         // What must not happen: the open connecting (and creating the file) without the turn.
         let waited = tokio::time::timeout(Duration::from_millis(500), &mut open).await;
         assert!(
