@@ -12,11 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, HealthCheck, HealthRegistry};
 use crate::config::Config;
-use crate::dispatch::{InboxBinding, Pipeline, Recorder, Settler, SqlSource};
+use crate::dispatch::{
+    ExternalParts, ExternalSource, InboxBinding, Pipeline, Recorder, Settler, SqlSource,
+};
 use crate::enqueue::{ExternalRoute, QueueRouter};
 use crate::external::{
-    self, ActivationStore, AttemptCounter, ConsumerSettings, ExternalParts, ExternalSource,
-    Providers, SqlActivations, SqlAttempts,
+    self, ActivationStore, AttemptCounter, ConsumerSettings, Providers, SqlActivations, SqlAttempts,
 };
 use crate::inbox::{self, InboxStores};
 use crate::queue::{self, QueueStore};
@@ -67,6 +68,15 @@ pub async fn start(config: Config) -> anyhow::Result<RunningHost> {
     start_with(config, StartOptions::default()).await
 }
 
+/// Read the configuration at `path` and check it as a host does before starting: the file
+/// itself ([`Config::load`]), then every provider section and what each queue asks of its
+/// provider ([`external::check_config`]).
+pub fn load_config(path: &std::path::Path) -> Result<Config, crate::config::ConfigError> {
+    let config = Config::load(path)?;
+    external::check_config(&config, path)?;
+    Ok(config)
+}
+
 /// Start a host for `config` with some parts replaced.
 ///
 /// The start-up is boxed here, so its code (and everything the host spawns) is compiled once,
@@ -81,6 +91,7 @@ pub fn start_with(
 }
 
 async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<RunningHost> {
+    external::check_config(&config, &config.source)?;
     if let Some(reason) = config.admin.refusal(config.host.admin_listen) {
         anyhow::bail!("{}: admin.token: {reason}", config.source.display());
     }

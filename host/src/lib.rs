@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod enqueue;
 pub mod external;
 pub mod headers;
+pub mod health;
 pub mod host;
 pub mod inbox;
 pub mod metrics;

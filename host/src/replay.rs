@@ -12,11 +12,11 @@ use tracing::instrument::WithSubscriber;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
 use crate::config::Config;
-use crate::enqueue::{EnqueueError, Enqueuer};
 use crate::queue::{
     EnqueueStatus, Enqueued, MessageFilter, NewMessage, QueueError, QueueStore, Status,
     StoredMessage,
 };
+use crate::runtime::{EnqueueError, Enqueuer};
 use crate::runtime::{HandlerError, HandlerRegistry, InvokeError, Message, Outcome, invoke};
 
 /// Why a replay could not run.

@@ -6,7 +6,6 @@
 pub mod api;
 mod auth;
 mod dashboard;
-mod health;
 mod replay;
 
 use std::net::SocketAddr;
@@ -20,8 +19,8 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::health::{CheckReport, HealthCheck, HealthRegistry};
 pub use auth::token_matches;
-pub use health::{CheckReport, HealthCheck, HealthRegistry};
 
 use crate::config::Config;
 use crate::queue::QueueStore;

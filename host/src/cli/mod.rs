@@ -145,14 +145,14 @@ fn init_logging(cli: &Cli) {
 
 /// Load the configuration or explain why not.
 pub fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
-    Config::load(path).map_err(anyhow::Error::new)
+    crate::host::load_config(path).map_err(anyhow::Error::new)
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Config(ConfigCommand::Check { file }) => {
             let path = file.as_ref().unwrap_or(&cli.config);
-            match Config::load(path) {
+            match crate::host::load_config(path) {
                 Ok(config) => {
                     // What `wharf run` refuses (the token may come from the service's
                     // environment, so only running the host requires it).
@@ -173,7 +173,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Run => {
-            let config = match Config::load(&cli.config) {
+            let config = match crate::host::load_config(&cli.config) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -38,7 +38,7 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    pub(super) fn key(file: &Path, key: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn key(file: &Path, key: impl Into<String>, reason: impl Into<String>) -> Self {
         ConfigError::Key {
             file: file.to_path_buf(),
             key: key.into(),

@@ -7,7 +7,7 @@ mod external;
 mod inbox;
 mod interpolate;
 mod load;
-mod providers;
+mod outbound_host;
 mod queue;
 mod secret;
 mod validate;
@@ -27,8 +27,10 @@ pub use inbox::{
 };
 pub use interpolate::{InterpolateError, interpolate};
 pub use load::ConfigError;
+pub use outbound_host::{BadOutboundHost, OutboundHost};
 pub use queue::{AUTO_CONCURRENCY, QueueConfig, RetentionConfig};
 pub use secret::{Secret, redacted_url};
+pub(crate) use validate::check_name;
 pub(crate) use validate::is_valid_name;
 
 /// The whole configuration file.
@@ -154,7 +156,7 @@ pub struct HandlerConfig {
     pub inherit_stdio: bool,
     /// Origins (`https://api.example.com`, `http://127.0.0.1:8080`, `https://*.example.com`)
     /// the handler may send HTTP requests to through `wasi:http`; empty: no outbound HTTP.
-    pub allowed_outbound_hosts: Vec<crate::runtime::OutboundHost>,
+    pub allowed_outbound_hosts: Vec<OutboundHost>,
 }
 
 /// A host directory mounted into a handler's sandbox.

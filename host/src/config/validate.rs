@@ -88,7 +88,20 @@ impl Config {
                 ),
             ));
         }
-        self.check_providers(file)?;
+        if self.external.reconcile_interval < std::time::Duration::from_millis(10) {
+            return Err(ConfigError::key(
+                file,
+                "external.reconcile_interval",
+                "must be at least 10ms (it is a periodic pass over every external queue)",
+            ));
+        }
+        if self.external.probe_interval < std::time::Duration::from_millis(100) {
+            return Err(ConfigError::key(
+                file,
+                "external.probe_interval",
+                "must be at least 100ms (each probe is a round trip to the broker)",
+            ));
+        }
         for (name, handler) in &self.handlers {
             check_name(file, &format!("handlers.{name}"), name)?;
             if let Some(memory) = handler.memory
@@ -156,7 +169,6 @@ impl Config {
                     ),
                 ));
             }
-            self.check_storage(file, name, queue)?;
             if let Some(inbox) = &queue.inbox {
                 if inbox.store == super::InboxStoreKind::Redis && self.inbox.redis.is_none() {
                     return Err(ConfigError::key(
@@ -205,7 +217,7 @@ pub(crate) fn is_valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-pub(super) fn check_name(file: &Path, key: &str, name: &str) -> Result<(), ConfigError> {
+pub(crate) fn check_name(file: &Path, key: &str, name: &str) -> Result<(), ConfigError> {
     if is_valid_name(name) {
         Ok(())
     } else {

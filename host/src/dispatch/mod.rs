@@ -13,6 +13,7 @@
 //! `concurrency` bounds its calls whatever source they came from.
 
 mod ahead;
+mod broker;
 mod deliver;
 mod outcome;
 mod recorder;
@@ -28,6 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use broker::{ExternalParts, ExternalSource};
 pub use deliver::{InboxBinding, MOVED_FROM_HEADER};
 pub use outcome::{decide, transient};
 pub use recorder::Recorder;
@@ -35,9 +37,9 @@ pub use settle::Settler;
 pub use sql::{DEFERRED_PUBLISH_HEADER, SqlSource};
 
 use crate::config::QueueConfig;
-use crate::enqueue::Enqueuer;
 use crate::queue::Disposition;
 use crate::queue::InboxWrite;
+use crate::runtime::Enqueuer;
 use crate::runtime::{HandlerRegistry, Message};
 
 /// One message received from a source, ready to be processed.

@@ -18,69 +18,10 @@ pub use import::{ImportError, Pointers, parse_lines};
 use crate::config::{Config, QueueStorage};
 use crate::external::{Envelope, Provider, Providers, PublishOptions};
 use crate::headers::DEFERRED_PUBLISH as DEFERRED_PUBLISH_HEADER;
-use crate::queue::limits::{self, LimitError};
-use crate::queue::{Enqueued, NewMessage, QueueError, QueueStore, now_ms};
+pub use crate::runtime::{EnqueueError, Enqueuer};
 
-/// Why a message was not enqueued.
-#[derive(Debug, thiserror::Error)]
-pub enum EnqueueError {
-    /// No such queue in the configuration.
-    #[error("unknown queue `{queue}` (configured queues: {known})")]
-    UnknownQueue {
-        /// The requested queue.
-        queue: String,
-        /// The configured ones, comma-separated.
-        known: String,
-    },
-    /// The payload is not JSON.
-    #[error("payload for queue `{queue}` is not valid JSON: {reason}")]
-    InvalidPayload {
-        /// The target queue.
-        queue: String,
-        /// The parser's message.
-        reason: String,
-    },
-    /// The message is beyond a limit (id length, payload size).
-    #[error("cannot enqueue into `{queue}`: {limit}")]
-    Limit {
-        /// The target queue.
-        queue: String,
-        /// Which limit.
-        limit: LimitError,
-    },
-    /// The store failed.
-    #[error(transparent)]
-    Store(#[from] QueueError),
-    /// The external provider of the queue failed.
-    #[error("enqueueing into external queue `{queue}` failed: {reason}")]
-    External {
-        /// The target queue.
-        queue: String,
-        /// The provider's error.
-        reason: String,
-    },
-}
-
-/// Something that can enqueue messages by queue name.
-#[async_trait]
-pub trait Enqueuer: Send + Sync + 'static {
-    /// Enqueue one message into `queue`.
-    async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError>;
-
-    /// Enqueue many messages into `queue`, in order (the same id twice is applied twice, in
-    /// that order). Results are in input order.
-    async fn enqueue_many(
-        &self,
-        queue: &str,
-        messages: Vec<NewMessage>,
-    ) -> Result<Vec<Enqueued>, EnqueueError> {
-        let mut results = Vec::with_capacity(messages.len());
-        for message in messages {
-            results.push(self.enqueue(queue, message).await?);
-        }
-        Ok(results)
-    }
-}
+use crate::queue::limits;
+use crate::queue::{Enqueued, NewMessage, QueueStore, now_ms};
 
 /// Most envelopes per publish call to a provider.
 const PUBLISH_BATCH: usize = 500;

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::Provider;
-use crate::admin::HealthCheck;
+use crate::health::HealthCheck;
 
 #[derive(Debug)]
 struct State {

@@ -6,13 +6,14 @@
 //! that feeds external deliveries into the one processing pipeline (moving failed and other
 //! non-pending messages into the SQL queue). Provider code lives in one submodule each.
 
-mod acker;
 mod activation;
 mod attempts;
 mod bridge;
+mod config_check;
 mod envelope;
 mod health;
 pub mod kafka;
+pub mod kind;
 mod provider;
 mod providers;
 pub mod rabbitmq;
@@ -21,13 +22,14 @@ pub mod redis;
 pub mod registry;
 mod run;
 pub mod servicebus;
-mod source;
 
 use async_trait::async_trait;
 
 pub use activation::{ActivationStore, SqlActivations};
 pub use attempts::{AttemptCounter, SqlAttempts, attempt_key, run_purge};
+pub(crate) use attempts::{attempts_of, counting_key};
 pub use bridge::run_bridge;
+pub use config_check::check_config;
 pub use envelope::{Envelope, EnvelopeError};
 pub use health::{ProviderHealth, run_probe};
 pub use provider::{
@@ -37,7 +39,6 @@ pub use provider::{
 pub use providers::Providers;
 pub use reconcile::{ReconciledQueue, run_reconciliation};
 pub use run::{ExternalRuntime, external_queues, start};
-pub use source::{ExternalParts, ExternalSource};
 
 /// One durable readiness notification.
 #[derive(Debug, Clone)]

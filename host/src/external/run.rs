@@ -15,8 +15,8 @@ use super::{
     ActivationStore, ErrorKind, ProviderError, ProviderHealth, Providers, ReconciledQueue,
     run_bridge, run_probe, run_reconciliation,
 };
-use crate::admin::HealthRegistry;
 use crate::config::{Config, QueueStorage};
+use crate::health::HealthRegistry;
 
 /// What the processors of external queues need from the started machinery.
 pub struct ExternalRuntime {

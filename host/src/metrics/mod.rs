@@ -22,8 +22,8 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::HealthRegistry;
 use crate::external::Provider;
+use crate::health::HealthRegistry;
 use crate::queue::QueueStore;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

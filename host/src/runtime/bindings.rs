@@ -10,7 +10,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::outbound::OutboundHooks;
 
-use crate::enqueue::Enqueuer;
+use super::Enqueuer;
 use crate::queue::{EnqueueStatus as StoredStatus, NewMessage, now_ms};
 
 /// Code generated from `wit/handler.wit`; the WIT file documents every type.

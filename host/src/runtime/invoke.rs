@@ -11,12 +11,12 @@ use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 use wasmtime_wasi_http::WasiHttpCtx;
 
+use super::Enqueuer;
 use super::bindings::{HandlerError, HostState, MemoryLimiter, Message, Outcome};
 use super::instances::{InstanceReturns, PooledStore};
 use super::outbound::OutboundHooks;
 use super::output::{Channel, LogStream};
 use super::registry::LoadedHandler;
-use crate::enqueue::Enqueuer;
 
 /// Why a call did not return a handler result.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]

@@ -12,7 +12,7 @@ use serde::Deserialize;
 
 use super::{KIND, KafkaProvider};
 use crate::config::duration;
-use crate::external::registry::{ProviderKind, SettingsError, parse_settings};
+use crate::external::kind::{ProviderKind, SettingsError, parse_settings};
 use crate::external::{Capabilities, ErrorKind, Provider, ProviderError};
 
 /// Properties the host sets itself; a `properties` table may not override them.

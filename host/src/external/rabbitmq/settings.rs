@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::{KIND, RabbitProvider};
 use crate::config::duration;
-use crate::external::registry::{ProviderKind, SettingsError, parse_settings};
+use crate::external::kind::{ProviderKind, SettingsError, parse_settings};
 use crate::external::{Capabilities, CountKind, ErrorKind, Provider, ProviderError};
 
 /// The queue type of the processing and readiness queues.

@@ -42,7 +42,7 @@ pub use consumer::RedisConsumer;
 pub use maintenance::Maintenance;
 pub use scripts::DIRECT_PRODUCER;
 
-use super::registry::{ProviderKind, SettingsError, parse_settings};
+use super::kind::{ProviderKind, SettingsError, parse_settings};
 use super::{
     Capabilities, Consumer, ConsumerSettings, CountKind, Depth, Envelope, ErrorKind, Provider,
     ProviderError, PublishOptions, ReadinessBridge,

@@ -33,7 +33,7 @@ pub use consumer::{IDLE_WAIT, MAX_RECEIVERS, PAUSE_AFTER, ServiceBusConsumer};
 pub use endpoint::{Redirect, http_client};
 pub use settings::{Connection, ServiceBusSettings};
 
-use super::registry::{ProviderKind, SettingsError, parse_settings};
+use super::kind::{ProviderKind, SettingsError, parse_settings};
 use super::{
     Capabilities, Consumer, ConsumerSettings, Envelope, ErrorKind, Provider, ProviderError,
     PublishOptions, ReadinessBridge,

@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::external::registry::SettingsError;
+use crate::external::kind::SettingsError;
 use crate::external::{Capabilities, CountKind};
 
 /// `[providers.NAME]` with `type = "servicebus"`.
@@ -177,7 +177,7 @@ impl ServiceBusSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::external::registry::parse_settings;
+    use crate::external::kind::parse_settings;
 
     fn settings(text: &str) -> ServiceBusSettings {
         parse_settings(&toml::from_str(text).unwrap()).unwrap()

@@ -4,140 +4,136 @@
 
 use std::path::Path;
 
-use super::{Config, ConfigError, QueueConfig, QueueStorage};
-use crate::external::registry;
+use super::registry;
+use crate::config::{Config, ConfigError, QueueConfig, QueueStorage, check_name};
 
-impl Config {
-    /// Check every `[providers.NAME]` with its provider module.
-    pub(super) fn check_providers(&self, file: &Path) -> Result<(), ConfigError> {
-        if self.external.reconcile_interval < std::time::Duration::from_millis(10) {
-            return Err(ConfigError::key(
-                file,
-                "external.reconcile_interval",
-                "must be at least 10ms (it is a periodic pass over every external queue)",
-            ));
-        }
-        if self.external.probe_interval < std::time::Duration::from_millis(100) {
-            return Err(ConfigError::key(
-                file,
-                "external.probe_interval",
-                "must be at least 100ms (each probe is a round trip to the broker)",
-            ));
-        }
-        for (name, provider) in &self.providers {
-            super::validate::check_name(file, &format!("providers.{name}"), name)?;
-            let Some(kind) = registry::find(&provider.kind) else {
-                return Err(ConfigError::key(
-                    file,
-                    format!("providers.{name}.type"),
-                    format!(
-                        "unknown provider type `{}` (known: {})",
-                        provider.kind,
-                        registry::names().join(", ")
-                    ),
-                ));
-            };
-            kind.check(&provider.settings).map_err(|e| {
-                let key = match e.key.as_str() {
-                    "" => format!("providers.{name}"),
-                    key => format!("providers.{name}.{key}"),
-                };
-                ConfigError::key(file, key, e.reason)
-            })?;
-        }
-        Ok(())
+/// Check every `[providers.NAME]` with its provider module, then where each queue keeps its
+/// pending messages and that its provider can do what the queue asks for. The configuration
+/// is read without knowing the providers; this runs on it before anything starts
+/// ([`crate::host::load_config`], [`crate::start_with`]).
+pub fn check_config(config: &Config, file: &Path) -> Result<(), ConfigError> {
+    check_providers(config, file)?;
+    for (name, queue) in &config.queues {
+        check_storage(config, file, name, queue)?;
     }
+    Ok(())
+}
 
-    /// Check where `queue` keeps its pending messages, and that its provider can do what
-    /// the queue asks for.
-    pub(super) fn check_storage(
-        &self,
-        file: &Path,
-        name: &str,
-        queue: &QueueConfig,
-    ) -> Result<(), ConfigError> {
-        let key = |k: &str| format!("queues.{name}.{k}");
-        let known = registry::names().join("`, `");
-        let provider = match (queue.storage, &queue.provider) {
-            (QueueStorage::External, None) => {
-                return Err(ConfigError::key(
-                    file,
-                    key("provider"),
-                    format!(
-                        "is required with storage = \"external\": add `provider = \"NAME\"` and a `[providers.NAME]` section with `type` one of `{known}`"
-                    ),
-                ));
-            }
-            (QueueStorage::Sql, Some(_)) => {
-                return Err(ConfigError::key(
-                    file,
-                    key("provider"),
-                    "only applies to external queues: add `storage = \"external\"` or remove it",
-                ));
-            }
-            (QueueStorage::Sql, None) => {
-                if queue.replace_by_id.is_some() {
-                    return Err(ConfigError::key(
-                        file,
-                        key("replace_by_id"),
-                        "only applies to external queues (the SQL queue always replaces by id)",
-                    ));
-                }
-                return Ok(());
-            }
-            (QueueStorage::External, Some(provider)) => provider,
+/// Check every `[providers.NAME]` with its provider module.
+fn check_providers(config: &Config, file: &Path) -> Result<(), ConfigError> {
+    for (name, provider) in &config.providers {
+        check_name(file, &format!("providers.{name}"), name)?;
+        let Some(kind) = registry::find(&provider.kind) else {
+            return Err(ConfigError::key(
+                file,
+                format!("providers.{name}.type"),
+                format!(
+                    "unknown provider type `{}` (known: {})",
+                    provider.kind,
+                    registry::names().join(", ")
+                ),
+            ));
         };
-        let Some(section) = self.providers.get(provider) else {
+        kind.check(&provider.settings).map_err(|e| {
+            let key = match e.key.as_str() {
+                "" => format!("providers.{name}"),
+                key => format!("providers.{name}.{key}"),
+            };
+            ConfigError::key(file, key, e.reason)
+        })?;
+    }
+    Ok(())
+}
+
+/// Check where `queue` keeps its pending messages, and that its provider can do what
+/// the queue asks for.
+fn check_storage(
+    config: &Config,
+    file: &Path,
+    name: &str,
+    queue: &QueueConfig,
+) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("queues.{name}.{k}");
+    let known = registry::names().join("`, `");
+    let provider = match (queue.storage, &queue.provider) {
+        (QueueStorage::External, None) => {
             return Err(ConfigError::key(
                 file,
                 key("provider"),
                 format!(
-                    "provider `{provider}` is not configured: add `[providers.{provider}]` with `type` one of `{known}` and its settings (see docs/configuration.md)"
-                ),
-            ));
-        };
-        let Some(caps) =
-            registry::find(&section.kind).and_then(|kind| kind.check(&section.settings).ok())
-        else {
-            return Ok(()); // reported by check_providers
-        };
-        let kind = &section.kind;
-        if queue.idempotent && !caps.idempotency {
-            return Err(ConfigError::key(
-                file,
-                key("idempotent"),
-                format!(
-                    "provider `{provider}` (type `{kind}`) cannot discard identical messages: use `storage = \"sql\"` or a provider that can (redis), or remove `idempotent`"
+                    "is required with storage = \"external\": add `provider = \"NAME\"` and a `[providers.NAME]` section with `type` one of `{known}`"
                 ),
             ));
         }
-        if queue.replace_by_id == Some(true) && !caps.id_replacement {
+        (QueueStorage::Sql, Some(_)) => {
             return Err(ConfigError::key(
                 file,
-                key("replace_by_id"),
-                format!(
-                    "provider `{provider}` (type `{kind}`) cannot replace a pending message by its id: use `storage = \"sql\"` or a provider that can (redis), or remove `replace_by_id`"
-                ),
+                key("provider"),
+                "only applies to external queues: add `storage = \"external\"` or remove it",
             ));
         }
-        if queue.sessions && !caps.keyed_order {
-            return Err(ConfigError::key(
-                file,
-                key("sessions"),
-                format!(
-                    "provider `{provider}` (type `{kind}`) cannot keep the messages of one session in order across consumers: use `storage = \"sql\"` or a provider that can (kafka, or rabbitmq with `single_active_consumer = true` and no `max_priority`), or remove `sessions`"
-                ),
-            ));
+        (QueueStorage::Sql, None) => {
+            if queue.replace_by_id.is_some() {
+                return Err(ConfigError::key(
+                    file,
+                    key("replace_by_id"),
+                    "only applies to external queues (the SQL queue always replaces by id)",
+                ));
+            }
+            return Ok(());
         }
-        if queue.idempotent && queue.replace_by_id == Some(false) {
-            return Err(ConfigError::key(
-                file,
-                key("replace_by_id"),
-                "`idempotent = true` needs ids to be tracked: remove `replace_by_id = false`",
-            ));
-        }
-        Ok(())
+        (QueueStorage::External, Some(provider)) => provider,
+    };
+    let Some(section) = config.providers.get(provider) else {
+        return Err(ConfigError::key(
+            file,
+            key("provider"),
+            format!(
+                "provider `{provider}` is not configured: add `[providers.{provider}]` with `type` one of `{known}` and its settings (see docs/configuration.md)"
+            ),
+        ));
+    };
+    let Some(caps) =
+        registry::find(&section.kind).and_then(|kind| kind.check(&section.settings).ok())
+    else {
+        return Ok(()); // reported by check_providers
+    };
+    let kind = &section.kind;
+    if queue.idempotent && !caps.idempotency {
+        return Err(ConfigError::key(
+            file,
+            key("idempotent"),
+            format!(
+                "provider `{provider}` (type `{kind}`) cannot discard identical messages: use `storage = \"sql\"` or a provider that can (redis), or remove `idempotent`"
+            ),
+        ));
     }
+    if queue.replace_by_id == Some(true) && !caps.id_replacement {
+        return Err(ConfigError::key(
+            file,
+            key("replace_by_id"),
+            format!(
+                "provider `{provider}` (type `{kind}`) cannot replace a pending message by its id: use `storage = \"sql\"` or a provider that can (redis), or remove `replace_by_id`"
+            ),
+        ));
+    }
+    if queue.sessions && !caps.keyed_order {
+        return Err(ConfigError::key(
+            file,
+            key("sessions"),
+            format!(
+                "provider `{provider}` (type `{kind}`) cannot keep the messages of one session in order across consumers: use `storage = \"sql\"` or a provider that can (kafka, or rabbitmq with `single_active_consumer = true` and no `max_priority`), or remove `sessions`"
+            ),
+        ));
+    }
+    if queue.idempotent && queue.replace_by_id == Some(false) {
+        return Err(ConfigError::key(
+            file,
+            key("replace_by_id"),
+            "`idempotent = true` needs ids to be tracked: remove `replace_by_id = false`",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -146,8 +142,15 @@ mod tests {
 
     use crate::config::{Config, ConfigError};
 
+    /// Read `text` and check its providers, as a host does.
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config = Config::parse(Path::new("wharf.toml"), text, &|_| None)?;
+        super::check_config(&config, Path::new("wharf.toml"))?;
+        Ok(config)
+    }
+
     fn key_error(text: &str) -> (String, String) {
-        match Config::parse(Path::new("wharf.toml"), text, &|_| None) {
+        match parse(text) {
             Err(ConfigError::Key { key, reason, .. }) => (key, reason),
             other => panic!("expected a key error, got {other:?}"),
         }
@@ -224,13 +227,9 @@ mod tests {
 
     #[test]
     fn provider_settings_never_show_their_values() {
-        let config = Config::parse(
-            Path::new("wharf.toml"),
-            &format!(
+        let config = parse(&format!(
                 "[providers.p]\ntype = \"servicebus\"\nconnection_string = \"Endpoint=sb://shop/;SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0\"\n\n{QUEUE}"
-            ),
-            &|_| None,
-        )
+            ))
         .expect("a valid file");
         let shown = format!("{config:?}");
         assert!(shown.contains("connection_string"), "{shown}");
@@ -253,11 +252,9 @@ mod tests {
         assert_eq!(key, "queues.q.idempotent");
         assert!(reason.contains("type `servicebus`"), "{reason}");
         let redis = "[providers.p]\ntype = \"redis\"\nurl = \"redis://h\"\n\n";
-        Config::parse(
-            Path::new("wharf.toml"),
-            &format!("{redis}{QUEUE}idempotent = true\nreplace_by_id = true\n"),
-            &|_| None,
-        )
+        parse(&format!(
+            "{redis}{QUEUE}idempotent = true\nreplace_by_id = true\n"
+        ))
         .expect("redis can");
         let (key, reason) = key_error(&format!(
             "{redis}{QUEUE}idempotent = true\nreplace_by_id = false\n"
@@ -289,11 +286,9 @@ mod tests {
             );
         }
         for section in ["type = \"kafka\"\nbrokers = \"h:9092\"", sac] {
-            Config::parse(
-                Path::new("wharf.toml"),
-                &format!("[providers.p]\n{section}\n\n{QUEUE}sessions = true\n"),
-                &|_| None,
-            )
+            parse(&format!(
+                "[providers.p]\n{section}\n\n{QUEUE}sessions = true\n"
+            ))
             .unwrap_or_else(|e| panic!("{section}: {e}"));
         }
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::{ExternalSource, Item};
 use crate::dispatch::{InboxBinding, InboxIds, Work};
-use crate::external::attempts::{attempts_of, counting_key};
 use crate::external::{CountKind, Delivery, Envelope};
+use crate::external::{attempts_of, counting_key};
 use crate::queue::{Disposition, limits};
 use crate::runtime::Message;
 

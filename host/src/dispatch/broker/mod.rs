@@ -8,6 +8,7 @@
 //! then acknowledges it. A failed move hands the message back to the broker explicitly.
 //! In a queue with sessions, the messages of a session pass one at a time ([`sessions`]).
 
+mod acker;
 mod move_to_sql;
 mod receive;
 mod sessions;
@@ -19,14 +20,13 @@ use async_trait::async_trait;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::acker::start_acker;
-use super::attempts::counting_key;
-use super::{
-    ActivationStore, AttemptCounter, Consumer, CountKind, DeliveryCount, Envelope, Handle, Nack,
-    ProviderHealth,
-};
+use self::acker::start_acker;
 use crate::config::QueueConfig;
 use crate::dispatch::{InboxBinding, Source, Verdict, Work};
+use crate::external::{
+    ActivationStore, AttemptCounter, Consumer, CountKind, DeliveryCount, Envelope, Handle, Nack,
+    ProviderHealth, counting_key,
+};
 use crate::queue::{Disposition, QueueStore, Status, now_ms};
 
 /// One received broker message while it is processed.

@@ -1,5 +1,5 @@
-//! Named health checks, reported together on `/readyz`. Other subsystems register theirs
-//! (the SQL store now; external providers' readiness checks later).
+//! Named health checks, reported together on `/readyz` (and counted in the metrics). The SQL
+//! store and each external provider register theirs; the admin server only reads them.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};

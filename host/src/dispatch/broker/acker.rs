@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Consumer, Handle, ProviderHealth};
+use crate::external::{Consumer, Handle, ProviderHealth};
 
 /// One task per queue acknowledging broker messages in batches, retrying a failed call a
 /// few times; answers whether each delivery was still held.
