@@ -158,9 +158,28 @@ impl Handle {
         Handle(Arc::new(value))
     }
 
-    /// The provider's value, when it is a `T`.
-    pub fn get<T: Any>(&self) -> Option<&T> {
-        self.0.downcast_ref()
+    /// The value `provider` made this handle with. A handle another provider made (or of
+    /// another type) never reaches a provider when the host is wired right; it is an error
+    /// naming both, never skipped.
+    pub fn get<T: Any>(&self, provider: &'static str) -> Result<&T, ProviderError> {
+        self.0.downcast_ref().ok_or_else(|| {
+            ProviderError::new(
+                provider,
+                ErrorKind::Protocol,
+                format!(
+                    "a delivery handle that is not a {} reached the {provider} provider (a handle of another provider or queue): not applied",
+                    std::any::type_name::<T>()
+                ),
+            )
+        })
+    }
+
+    /// [`Handle::get`] for each of `handles`, all or the first error.
+    pub fn all<'h, T: Any>(
+        handles: impl IntoIterator<Item = &'h Handle>,
+        provider: &'static str,
+    ) -> Result<Vec<&'h T>, ProviderError> {
+        handles.into_iter().map(|h| h.get(provider)).collect()
     }
 }
 

@@ -90,6 +90,7 @@ macro_rules! conformance {
                 a_future_enqueue_runs_when_due_and_once,
                 queue_settings_the_provider_cannot_honour_are_config_errors,
                 a_broker_down_at_start_up_does_not_stop_the_host,
+                a_handle_the_provider_did_not_make_is_an_error,
             );
         }
     };

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use wharf_host::Config;
 use wharf_tests::TestDir;
 
 use super::queues;
@@ -25,7 +24,9 @@ provider = "bus"
 sessions = true
 "#,
     );
-    let err = Config::load(&path).unwrap_err().to_string();
+    let err = wharf_host::host::load_config(&path)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("queues.orders.sessions")
             && err.contains("(type `rabbitmq`) cannot keep the messages of one session in order")

@@ -165,10 +165,8 @@ impl ReadinessBridge for KafkaReadiness {
 
     async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError> {
         let mut next: HashMap<(String, i32), i64> = HashMap::new();
-        for p in notifications
-            .iter()
-            .filter_map(|n| n.handle.get::<Position>())
-        {
+        let positions = Handle::all::<Position>(notifications.iter().map(|n| &n.handle), KIND)?;
+        for p in &positions {
             let offset = next.entry((p.topic.clone(), p.partition)).or_insert(0);
             *offset = (*offset).max(p.offset + 1);
         }
@@ -182,9 +180,8 @@ impl ReadinessBridge for KafkaReadiness {
         }
         self.blocking(move |c| c.commit(&tpl, CommitMode::Sync).map_err(error))
             .await?;
-        let done: Vec<(&str, i32, i64)> = notifications
+        let done: Vec<(&str, i32, i64)> = positions
             .iter()
-            .filter_map(|n| n.handle.get::<Position>())
             .map(|p| (p.topic.as_str(), p.partition, p.offset))
             .collect();
         self.unacknowledged

@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use super::offsets::{Commit, Tracker};
 use super::poll::{CHUNK, Record, poll_loop};
 use super::rebalance::Context;
-use super::{KafkaSettings, Quiet, error};
+use super::{KIND, KafkaSettings, Quiet, error};
 use crate::external::{Consumer, Delivery, ErrorKind, Handle, Nack, ProviderError};
 
 /// What the poll thread, the rebalance callbacks and the host share.
@@ -149,10 +149,6 @@ impl KafkaConsumer {
     }
 }
 
-fn record(handle: &Handle) -> Option<&Arc<Record>> {
-    handle.get::<Arc<Record>>()
-}
-
 #[async_trait]
 impl Consumer for KafkaConsumer {
     async fn receive(&self, max: u32) -> Result<Vec<Delivery>, ProviderError> {
@@ -193,17 +189,18 @@ impl Consumer for KafkaConsumer {
     }
 
     fn holds(&self, handle: &Handle) -> bool {
-        record(handle).is_some_and(|r| self.tracker().holds(r.partition, r.generation, r.offset))
+        handle
+            .get::<Arc<Record>>(KIND)
+            .is_ok_and(|r| self.tracker().holds(r.partition, r.generation, r.offset))
     }
 
     async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError> {
+        let records = Handle::all::<Arc<Record>>(handles, KIND)?;
         let held = {
             let mut tracker = self.tracker();
-            handles
+            records
                 .iter()
-                .map(|h| {
-                    record(h).is_some_and(|r| tracker.settle(r.partition, r.generation, r.offset))
-                })
+                .map(|r| tracker.settle(r.partition, r.generation, r.offset))
                 .collect()
         };
         self.shared.settled.notify_all();
@@ -220,7 +217,7 @@ impl Consumer for KafkaConsumer {
         let mut again = Vec::new();
         {
             let mut tracker = self.tracker();
-            for r in handles.iter().filter_map(record) {
+            for r in Handle::all::<Arc<Record>>(handles, KIND)? {
                 if tracker.hand_back(r.partition, r.generation, r.offset) && !stopped {
                     again.push((r.clone(), true));
                 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lapin::options::BasicAckOptions;
 
-use super::RabbitSettings;
 use super::session::Subscriber;
+use super::{KIND, RabbitSettings};
 use crate::external::{Handle, Notification, ProviderError, ReadinessBridge};
 
 /// How long one `receive` waits for notifications.
@@ -97,12 +97,12 @@ impl ReadinessBridge for RabbitReadiness {
     }
 
     async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError> {
+        let tags = Handle::all::<Tag>(notifications.iter().map(|n| &n.handle), KIND)?;
         let session = self.subscriber.session().await?;
         // Every earlier delivery of this session was acknowledged with an earlier batch, so
         // one cumulative acknowledgement up to the highest tag covers exactly this batch.
-        let highest = notifications
-            .iter()
-            .filter_map(|n| n.handle.get::<Tag>())
+        let highest = tags
+            .into_iter()
             .filter(|t| t.generation == session.generation)
             .map(|t| t.tag)
             .max();

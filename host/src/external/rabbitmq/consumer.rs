@@ -9,7 +9,7 @@ use lapin::options::{BasicAckOptions, BasicNackOptions};
 use lapin::types::AMQPValue;
 
 use super::session::Subscriber;
-use super::{QueueType, RabbitSettings, error};
+use super::{KIND, QueueType, RabbitSettings, error};
 use crate::external::{Consumer, Delivery, DeliveryCount, Handle, Nack, ProviderError};
 
 /// A delivery tag with the session it belongs to.
@@ -154,23 +154,24 @@ impl Consumer for RabbitConsumer {
     }
 
     fn holds(&self, handle: &Handle) -> bool {
-        match (handle.get::<Tag>(), self.subscriber.current()) {
-            (Some(tag), Some(session)) => tag.generation == session.generation,
+        match (handle.get::<Tag>(KIND), self.subscriber.current()) {
+            (Ok(tag), Some(session)) => tag.generation == session.generation,
             _ => false,
         }
     }
 
     async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError> {
+        let tags = Handle::all::<Tag>(handles, KIND)?;
         let Some(session) = self.subscriber.current() else {
             return Ok(vec![false; handles.len()]);
         };
-        let acks = handles.iter().map(|h| {
-            let tag = h.get::<Tag>().copied();
+        let acks = tags.into_iter().map(|tag| {
+            let tag = *tag;
             let channel = session.channel.clone();
             let generation = session.generation;
             async move {
                 match tag {
-                    Some(t) if t.generation == generation => channel
+                    t if t.generation == generation => channel
                         .basic_ack(t.tag, BasicAckOptions::default())
                         .await
                         .map(|()| true),
@@ -186,6 +187,7 @@ impl Consumer for RabbitConsumer {
     }
 
     async fn nack(&self, handles: &[Handle], nack: Nack) -> Result<(), ProviderError> {
+        let tags = Handle::all::<Tag>(handles, KIND)?;
         let Some(session) = self.subscriber.current() else {
             return Ok(()); // the broker already took them back
         };
@@ -193,7 +195,7 @@ impl Consumer for RabbitConsumer {
             multiple: false,
             requeue: nack.requeue,
         };
-        for tag in handles.iter().filter_map(|h| h.get::<Tag>()) {
+        for tag in tags {
             if tag.generation == session.generation {
                 session
                     .channel

@@ -20,7 +20,7 @@ use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamReadOptions, StreamReadReply,
 };
 
-use super::{Keys, Lazy, RedisSettings, error};
+use super::{KIND, Keys, Lazy, RedisSettings, error};
 use crate::external::{Handle, Notification, ProviderError, ReadinessBridge};
 use crate::redis_client::RedisTarget;
 
@@ -255,9 +255,9 @@ impl ReadinessBridge for RedisReadiness {
     async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError> {
         for reader in &self.readers {
             let mut by_stream: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
-            for record in notifications
-                .iter()
-                .filter_map(|n| n.handle.get::<Record>())
+            let records = Handle::all::<Record>(notifications.iter().map(|n| &n.handle), KIND)?;
+            for record in records
+                .into_iter()
                 .filter(|r| reader.streams.iter().any(|(_, s)| *s == r.stream))
             {
                 by_stream

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use redis::Script;
 use serde::Deserialize;
 
-use super::{Keys, Lazy, error, protocol, scripts};
+use super::{KIND, Keys, Lazy, error, protocol, scripts};
 use crate::external::{Consumer, Delivery, DeliveryCount, Handle, Nack, ProviderError};
 use crate::queue::now_ms;
 
@@ -53,8 +53,8 @@ impl RedisConsumer {
         }
     }
 
-    fn tokens(handles: &[Handle]) -> impl Iterator<Item = &Lease> {
-        handles.iter().filter_map(|h| h.get::<Lease>())
+    fn tokens(handles: &[Handle]) -> Result<Vec<&Lease>, ProviderError> {
+        Handle::all(handles, KIND)
     }
 }
 
@@ -114,8 +114,8 @@ impl Consumer for RedisConsumer {
 
     fn holds(&self, handle: &Handle) -> bool {
         handle
-            .get::<Lease>()
-            .is_some_and(|lease| now_ms() < lease.deadline_ms)
+            .get::<Lease>(KIND)
+            .is_ok_and(|lease| now_ms() < lease.deadline_ms)
     }
 
     async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError> {
@@ -129,7 +129,7 @@ impl Consumer for RedisConsumer {
             .key(&keys.attempts)
             .key(&keys.ids)
             .key(&keys.id_hashes);
-        for lease in Self::tokens(handles) {
+        for lease in Self::tokens(handles)? {
             call.arg(&lease.token)
                 .arg(lease.message_id.as_deref().unwrap_or(""));
         }
@@ -153,7 +153,7 @@ impl Consumer for RedisConsumer {
             .key(&keys.readiness)
             .arg(&self.queue)
             .arg(if nack.counted { "1" } else { "0" });
-        for lease in Self::tokens(handles) {
+        for lease in Self::tokens(handles)? {
             call.arg(&lease.token);
         }
         if nack.requeue {

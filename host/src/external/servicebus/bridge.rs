@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::future::join_all;
 
+use super::KIND;
 use super::rest::{LockAction, Rest};
 use crate::external::{Handle, Notification, ProviderError, ReadinessBridge};
 
@@ -99,10 +100,8 @@ impl ServiceBusReadiness {
             return Ok(None);
         }
         let renewed = join_all(waiting.iter().map(|n| async {
-            match n.handle.get::<Guard>() {
-                Some(g) => self.rest.on_lock(&g.0, LockAction::Renew).await,
-                None => Ok(false),
-            }
+            let guard = n.handle.get::<Guard>(KIND)?;
+            self.rest.on_lock(&guard.0, LockAction::Renew).await
         }))
         .await;
         let mut kept = Vec::new();
@@ -135,10 +134,11 @@ impl ReadinessBridge for ServiceBusReadiness {
     }
 
     async fn acknowledge(&self, notifications: &[Notification]) -> Result<(), ProviderError> {
-        let urls: Vec<String> = notifications
-            .iter()
-            .filter_map(|n| n.handle.get::<Guard>().map(|g| g.0.clone()))
-            .collect();
+        let urls: Vec<String> =
+            Handle::all::<Guard>(notifications.iter().map(|n| &n.handle), KIND)?
+                .into_iter()
+                .map(|g| g.0.clone())
+                .collect();
         // A guard whose lock expired meanwhile is handed out again by the broker and costs
         // one more activation: nothing to do about it here.
         let outcomes = join_all(
@@ -152,7 +152,7 @@ impl ReadinessBridge for ServiceBusReadiness {
         self.handed_out
             .lock()
             .expect("handed out")
-            .retain(|n| n.handle.get::<Guard>().is_none_or(|g| !urls.contains(&g.0)));
+            .retain(|n| !matches!(n.handle.get::<Guard>(KIND), Ok(g) if urls.contains(&g.0)));
         Ok(())
     }
 }

@@ -21,6 +21,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::KIND;
 use super::locks::keep_locks;
 use super::receivers::receiver;
 use super::rest::{LockAction, Rest};
@@ -158,7 +159,10 @@ impl Consumer for ServiceBusConsumer {
                 && let Some(delivery) = buffer.pop_front()
             {
                 // A lock that is gone already: the broker delivers the message again.
-                let id = delivery.handle.get::<LockId>().map_or(u64::MAX, |l| l.0);
+                let id = delivery
+                    .handle
+                    .get::<LockId>(KIND)
+                    .map_or(u64::MAX, |l| l.0);
                 match locks.get(&id) {
                     Some(l) if !l.lost && l.expires > now => out.push(delivery),
                     _ => {
@@ -188,7 +192,7 @@ impl Consumer for ServiceBusConsumer {
     }
 
     fn holds(&self, handle: &Handle) -> bool {
-        let Some(id) = handle.get::<LockId>() else {
+        let Ok(id) = handle.get::<LockId>(KIND) else {
             return false;
         };
         let locks = self.state.locks.lock().expect("locks");
@@ -198,14 +202,12 @@ impl Consumer for ServiceBusConsumer {
     }
 
     async fn ack(&self, handles: &[Handle]) -> Result<Vec<bool>, ProviderError> {
+        let ids = Handle::all::<LockId>(handles, KIND)?;
         let mut work = Vec::new();
         let mut held = vec![false; handles.len()];
         {
             let mut locks = self.state.locks.lock().expect("locks");
-            for (i, handle) in handles.iter().enumerate() {
-                let Some(id) = handle.get::<LockId>().map(|l| l.0) else {
-                    continue;
-                };
+            for (i, id) in ids.iter().map(|l| l.0).enumerate() {
                 match locks.get_mut(&id) {
                     Some(l) if l.completed => held[i] = true,
                     Some(l) => {
@@ -238,10 +240,8 @@ impl Consumer for ServiceBusConsumer {
             // Completed ones answer `true` when the batch is acknowledged again.
             return Err(e);
         }
-        for handle in handles {
-            if let Some(id) = handle.get::<LockId>() {
-                locks.remove(&id.0);
-            }
+        for id in ids {
+            locks.remove(&id.0);
         }
         Ok(held)
     }
@@ -249,10 +249,10 @@ impl Consumer for ServiceBusConsumer {
     async fn nack(&self, handles: &[Handle], nack: Nack) -> Result<(), ProviderError> {
         // Service Bus unlocks (the delivery stays counted); without requeue the lock is
         // left to expire, which also makes the message available again.
-        let urls: Vec<(u64, String)> = handles
-            .iter()
-            .filter_map(|h| self.state.lock_url(h))
-            .collect();
+        let mut urls: Vec<(u64, String)> = Vec::new();
+        for handle in handles {
+            urls.extend(self.state.lock_url(handle)?);
+        }
         let outcomes = if nack.requeue {
             join_all(
                 urls.iter()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
+use super::KIND;
 use super::consumer::{LockId, RENEW_TICK, State};
 use super::rest::LockAction;
 use crate::external::Delivery;
@@ -71,7 +72,7 @@ async fn unlock_buffered(state: &State) {
         let mut locks = state.locks.lock().expect("locks");
         buffered
             .iter()
-            .filter_map(|d| d.handle.get::<LockId>())
+            .filter_map(|d| d.handle.get::<LockId>(KIND).ok())
             .filter_map(|id| locks.remove(&id.0))
             .map(|l| l.url.clone())
             .collect()

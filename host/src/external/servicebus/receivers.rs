@@ -10,9 +10,10 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
+use super::KIND;
 use super::consumer::{BUSY_WAIT, HeldLock, IDLE_WAIT, LockId, STOP_WAIT, State};
 use super::rest::{LockAction, Locked, parse_date};
-use crate::external::{Delivery, DeliveryCount, Handle};
+use crate::external::{Delivery, DeliveryCount, Handle, ProviderError};
 
 /// One receiver: peek-lock while there is room; park when the subscription is empty
 /// (except the first receiver, which keeps a long poll open).
@@ -127,9 +128,9 @@ impl State {
         self.arrived.notify_waiters();
     }
 
-    pub(super) fn lock_url(&self, handle: &Handle) -> Option<(u64, String)> {
-        let id = handle.get::<LockId>()?.0;
+    pub(super) fn lock_url(&self, handle: &Handle) -> Result<Option<(u64, String)>, ProviderError> {
+        let id = handle.get::<LockId>(KIND)?.0;
         let locks = self.locks.lock().expect("locks");
-        locks.get(&id).map(|l| (id, l.url.clone()))
+        Ok(locks.get(&id).map(|l| (id, l.url.clone())))
     }
 }

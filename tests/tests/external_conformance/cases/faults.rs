@@ -1,6 +1,8 @@
 //! Conformance cases about faults and lifecycle: durable readiness, reconciliation, broker
 //! restarts, shutdown hand-back, settings a provider cannot honour, a broker down at start-up.
 
+use wharf_host::external::{ConsumerSettings, Handle, Nack, Notification, ProviderError};
+
 use super::*;
 
 pub async fn readiness_is_acknowledged_only_after_a_durable_activation<H: Harness>() {
@@ -205,7 +207,7 @@ pub async fn queue_settings_the_provider_cannot_honour_are_config_errors<H: Harn
         ("replace_by_id = true", caps.id_replacement),
     ] {
         let path = dir.write_config(&config(&h, key));
-        let loaded = Config::load(&path);
+        let loaded = wharf_host::host::load_config(&path);
         if supported {
             assert!(loaded.is_ok(), "{key}: {:?}", loaded.err());
         } else {
@@ -269,4 +271,63 @@ pub async fn a_broker_down_at_start_up_does_not_stop_the_host<H: Harness>() {
     })
     .await;
     host.shutdown().await;
+}
+
+/// A handle the provider did not make (another provider's, or a wrong type) is an error naming
+/// the provider, never skipped: on acknowledge, hand back and the readiness bridge.
+pub async fn a_handle_the_provider_did_not_make_is_an_error<H: Harness>() {
+    let h = H::shared().await;
+    let provider = open(&h).await;
+    let queue = "export_order".to_string();
+    provider
+        .prepare(std::slice::from_ref(&queue))
+        .await
+        .unwrap();
+    let consumer = provider
+        .consumer(
+            &queue,
+            ConsumerSettings {
+                prefetch: 1,
+                lease: Duration::from_secs(30),
+            },
+        )
+        .await
+        .unwrap();
+    let foreign = || vec![Handle::new("a handle of another provider")];
+    let kind = provider.kind();
+    let refused = |what: &str, error: Option<ProviderError>| {
+        let error = error.unwrap_or_else(|| panic!("{kind}: {what} took a foreign handle"));
+        let text = error.to_string();
+        assert!(
+            text.contains(kind) && text.contains("handle"),
+            "{what}: {text}"
+        );
+    };
+    refused("ack", consumer.ack(&foreign()).await.err());
+    refused(
+        "nack",
+        consumer
+            .nack(
+                &foreign(),
+                Nack {
+                    requeue: true,
+                    counted: false,
+                },
+            )
+            .await
+            .err(),
+    );
+    let bridge = provider
+        .readiness(std::slice::from_ref(&queue))
+        .await
+        .unwrap();
+    let notification = Notification {
+        queue: queue.clone(),
+        handle: foreign().remove(0),
+    };
+    refused(
+        "acknowledge",
+        bridge.acknowledge(&[notification]).await.err(),
+    );
+    consumer.close().await;
 }
