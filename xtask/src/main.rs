@@ -98,9 +98,23 @@ fn test(args: &[String]) -> Result<()> {
     tools::build_guests()?;
     browser::ensure_browser()?;
     check_format()?;
+    check_one_provider_builds()?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);
     cmd.args(args);
     tools::run(cmd)
+}
+
+/// The host builds with one provider alone (the others' clients left out): the default
+/// build has every provider, so a `cfg` that only holds with all of them shows here.
+fn check_one_provider_builds() -> Result<()> {
+    tools::run(tools::cargo(&[
+        "check",
+        "--package",
+        "wharf-host",
+        "--no-default-features",
+        "--features",
+        "redis",
+    ]))
 }
 
 fn check_format() -> Result<()> {

@@ -65,6 +65,15 @@ impl Config {
                 format!("`{table}` is not a plain table name (letters, digits, `_`)"),
             ));
         }
+        #[cfg(not(feature = "redis"))]
+        if self.inbox.redis.is_some() {
+            return Err(ConfigError::key(
+                file,
+                "inbox.redis",
+                "the Redis inbox store is not in this build of wharf: build it with `--features redis` (or the default features), or use the SQL inbox",
+            ));
+        }
+        #[cfg(feature = "redis")]
         if let Some(redis) = &self.inbox.redis
             && let Err(e) = crate::redis_client::RedisTarget::parse(&redis.url)
         {

@@ -24,6 +24,16 @@ fn check_providers(config: &Config, file: &Path) -> Result<(), ConfigError> {
     for (name, provider) in &config.providers {
         check_name(file, &format!("providers.{name}"), name)?;
         let Some(kind) = registry::find(&provider.kind) else {
+            if registry::left_out().contains(&provider.kind.as_str()) {
+                return Err(ConfigError::key(
+                    file,
+                    format!("providers.{name}.type"),
+                    format!(
+                        "provider type `{kind}` is not in this build of wharf: build it with `--features {kind}` (or the default features)",
+                        kind = provider.kind
+                    ),
+                ));
+            }
             return Err(ConfigError::key(
                 file,
                 format!("providers.{name}.type"),

@@ -12,15 +12,19 @@ mod bridge;
 mod config_check;
 mod envelope;
 mod health;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod kind;
 mod provider;
 mod providers;
+#[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
 mod reconcile;
+#[cfg(feature = "redis")]
 pub mod redis;
 pub mod registry;
 mod run;
+#[cfg(feature = "servicebus")]
 pub mod servicebus;
 
 use async_trait::async_trait;

@@ -6,6 +6,7 @@
 
 mod cleanup;
 mod memory;
+#[cfg(feature = "redis")]
 mod redis;
 mod sql;
 
@@ -15,6 +16,7 @@ use async_trait::async_trait;
 
 pub use cleanup::run_cleanup;
 pub use memory::MemoryInbox;
+#[cfg(feature = "redis")]
 pub use redis::RedisInbox;
 pub use sql::SqlInbox;
 
@@ -32,6 +34,7 @@ pub enum InboxError {
     #[error("inbox storage: {0}")]
     Sql(sqlx::Error),
     /// Redis failed.
+    #[cfg(feature = "redis")]
     #[error("inbox storage (redis): {0}")]
     Redis(::redis::RedisError),
     /// The store is set up wrongly (e.g. a missing table).
@@ -46,6 +49,7 @@ impl From<sqlx::Error> for InboxError {
     }
 }
 
+#[cfg(feature = "redis")]
 impl From<::redis::RedisError> for InboxError {
     fn from(e: ::redis::RedisError) -> Self {
         InboxError::Redis(e)
@@ -163,7 +167,6 @@ pub struct InboxStores {
 impl InboxStores {
     /// Open every store some queue selects.
     pub async fn open(config: &Config) -> anyhow::Result<InboxStores> {
-        use anyhow::Context;
         let mut stores = InboxStores::default();
         for (name, queue) in &config.queues {
             let Some(inbox) = &queue.inbox else { continue };
@@ -188,7 +191,9 @@ impl InboxStores {
                     };
                     stores.sql = Some(store);
                 }
+                #[cfg(feature = "redis")]
                 InboxStoreKind::Redis if stores.redis.is_none() => {
+                    use anyhow::Context;
                     let redis = config
                         .inbox
                         .redis
