@@ -30,7 +30,7 @@ pub fn clip(text: &str, max: usize) -> String {
 }
 
 /// Print a value as pretty JSON.
-pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use super::format::{clip, print_json, table, time};
+use super::format::print_json;
+use super::message_views::{print_history, print_list, print_message};
 use super::{Cli, load_config};
 use crate::enqueue::{Enqueuer, Pointers, QueueRouter};
 use crate::queue::{self, MessageFilter, NewMessage, QueueStore, Selector, Status, limits, now_ms};
@@ -307,31 +308,7 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
                 _ => anyhow::bail!("give a message key, or --queue and --id"),
             };
             let history = store.history(&queue, &id).await?;
-            if cli.json {
-                print_json(&history)?;
-            } else {
-                let mut t = table(&[
-                    "version",
-                    "status",
-                    "attempts",
-                    "enqueued at",
-                    "recorded at",
-                    "payload",
-                    "last error",
-                ]);
-                for h in &history {
-                    t.add_row(vec![
-                        h.version.to_string(),
-                        h.status.to_string(),
-                        h.attempts.to_string(),
-                        time(h.enqueued_at_ms),
-                        time(h.recorded_at_ms),
-                        clip(&h.payload, 40),
-                        clip(h.last_error.as_deref().unwrap_or(""), 40),
-                    ]);
-                }
-                println!("{t}");
-            }
+            print_history(cli, &history)?;
             return Ok(ExitCode::SUCCESS);
         }
         MessagesCommand::Complete { key } => {
@@ -357,85 +334,14 @@ pub async fn run(cli: &Cli, cmd: &MessagesCommand) -> anyhow::Result<ExitCode> {
             let mut messages = store.list(&filter).await?;
             let more = messages.len() > *limit as usize;
             messages.truncate(*limit as usize);
-            if cli.json {
-                print_json(&messages)?;
-            } else {
-                // A session column when some listed message is in a session.
-                let sessions = messages.iter().any(|m| m.session.is_some());
-                let mut headers = vec!["key", "queue", "id", "status"];
-                if sessions {
-                    headers.push("session");
-                }
-                headers.extend(["prio", "attempts", "process at", "payload", "last error"]);
-                let mut t = table(&headers);
-                for m in &messages {
-                    let mut row = vec![
-                        m.key.to_string(),
-                        m.queue.clone(),
-                        m.id.clone().unwrap_or_default(),
-                        m.status.to_string(),
-                    ];
-                    if sessions {
-                        row.push(m.session.clone().unwrap_or_default());
-                    }
-                    row.extend([
-                        m.priority.to_string(),
-                        m.attempts.to_string(),
-                        time(m.process_at_ms),
-                        clip(&m.payload, 40),
-                        clip(m.last_error.as_deref().unwrap_or(""), 50),
-                    ]);
-                    t.add_row(row);
-                }
-                println!("{t}");
-                if more {
-                    println!(
-                        "showing the newest {limit}; more match (raise --limit, or filter by --queue / --status)"
-                    );
-                }
-            }
+            print_list(cli, &messages, *limit, more)?;
         }
         MessagesCommand::Show { key } => {
             let Some(m) = store.get(*key).await? else {
                 eprintln!("error: no message with key {key}");
                 return Ok(ExitCode::from(1));
             };
-            if cli.json {
-                print_json(&m)?;
-            } else {
-                let mut t = table(&["field", "value"]);
-                let opt_time = |v: Option<i64>| v.map(time).unwrap_or_default();
-                for (k, v) in [
-                    ("key", m.key.to_string()),
-                    ("queue", m.queue.clone()),
-                    ("id", m.id.clone().unwrap_or_default()),
-                    ("delivery id", m.delivery_id.clone()),
-                    ("status", m.status.to_string()),
-                    ("session", m.session.clone().unwrap_or_default()),
-                    ("priority", m.priority.to_string()),
-                    ("attempts", m.attempts.to_string()),
-                    ("process at", time(m.process_at_ms)),
-                    ("created at", time(m.created_at_ms)),
-                    ("enqueued at", time(m.enqueued_at_ms)),
-                    ("updated at", time(m.updated_at_ms)),
-                    ("processed at", opt_time(m.processed_at_ms)),
-                    ("lease expires", opt_time(m.lease_expires_at_ms)),
-                    ("headers", serde_json::to_string(&m.headers)?),
-                    ("payload", m.payload.clone()),
-                    ("last error", m.last_error.clone().unwrap_or_default()),
-                    ("version", m.version.to_string()),
-                    (
-                        "waiting version",
-                        m.next
-                            .as_ref()
-                            .map(|n| n.payload.clone())
-                            .unwrap_or_default(),
-                    ),
-                ] {
-                    t.add_row(vec![k.to_string(), v]);
-                }
-                println!("{t}");
-            }
+            print_message(cli, &m)?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -5,6 +5,7 @@ mod bulk;
 mod client;
 mod format;
 mod handlers;
+mod message_views;
 mod messages;
 mod replay;
 mod run;

@@ -121,7 +121,7 @@ pub(crate) async fn process<S: Source>(
     shared: Arc<Shared<S>>,
     handler: Arc<LoadedHandler>,
     seq: u64,
-    work: Work<S::Handle>,
+    mut work: Work<S::Handle>,
     check: Precheck,
     received: Instant,
     permit: OwnedSemaphorePermit,
@@ -142,66 +142,27 @@ pub(crate) async fn process<S: Source>(
         attempt,
     };
 
-    // 0. Decided by the source without running the guest — unless the inbox knows the
-    // message already succeeded here (its settlement was lost after its last attempt): a
-    // duplicate is skipped, never failed.
-    let duplicate = matches!(check, Precheck::Checked(_, true));
-    if let (false, Some(disposition)) = (duplicate, work.decided) {
-        log(p, &work.label, attempt, &disposition);
-        finish(
-            &shared,
-            seq,
-            work.handle,
-            verdict(disposition, None),
-            permit,
-        )
-        .await;
-        return;
-    }
-
-    // 1. Inbox check (made for the whole batch before the guests ran).
-    let inbox = match check {
-        Precheck::Bypass => None,
-        Precheck::Failed(error) => {
-            let disposition = failed(error);
-            log(p, &work.label, attempt, &disposition);
+    // 0–1. Decided without running the guest: by the source, or by the inbox.
+    let inbox = match before_the_guest(
+        &shared,
+        &work.label,
+        work.decided.take(),
+        check,
+        attempt,
+        &failed,
+    ) {
+        Ok(inbox) => inbox,
+        Err(disposition) => {
+            let (disposition, outcome) = disposition;
             finish(
                 &shared,
                 seq,
                 work.handle,
-                verdict(disposition, None),
+                verdict(disposition, outcome),
                 permit,
             )
             .await;
             return;
-        }
-        Precheck::Checked(key, true) => {
-            let binding = p.inbox.as_ref().expect("checked against the queue's inbox");
-            crate::metrics::inbox_checked(&binding.endpoint, 1);
-            let provider = shared.source.provider();
-            tracing::info!(
-                name: "duplicate_detected", target: "wharf::inbox",
-                queue = %p.name, endpoint = %binding.endpoint, provider,
-                delivery = %work.label, message_id = %key.message_id,
-                "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
-            );
-            crate::metrics::duplicate_detected(&binding.endpoint, &p.name, provider);
-            crate::metrics::message(&p.name, MessageOutcome::Duplicate);
-            let outcome = Some("skipped: duplicate");
-            finish(
-                &shared,
-                seq,
-                work.handle,
-                verdict(Disposition::Complete, outcome),
-                permit,
-            )
-            .await;
-            return;
-        }
-        Precheck::Checked(_, false) => {
-            let binding = p.inbox.as_ref().expect("checked against the queue's inbox");
-            crate::metrics::inbox_checked(&binding.endpoint, 1);
-            Some(binding)
         }
     };
 
@@ -229,32 +190,16 @@ pub(crate) async fn process<S: Source>(
         _ => None,
     };
 
-    // 3. Record, only after the guest succeeded, and not for a pending handoff. A source that
-    // can writes the records with its settlement; otherwise they are written here first.
+    // 3. Record, only after the guest succeeded, and not for a pending handoff.
     let mut write = None;
     let mut recorded = None;
     if let (Some(binding), Ok(Ok(Outcome::Completed))) = (inbox, &result) {
-        let mut keys: Vec<InboxKey> = record_ids
-            .iter()
-            .filter_map(|id| InboxKey::new(&binding.endpoint, id).ok())
-            .collect();
-        keys.dedup();
-        recorded = Some((binding.endpoint.as_str(), keys.len()));
-        match binding.queue_table.clone() {
-            Some(table) if shared.source.records_inbox(binding) => {
-                write = Some(InboxWrite {
-                    table,
-                    rows: keys.iter().map(InboxRow::from).collect(),
-                    retention_ms: binding.retention.as_millis() as i64,
-                })
+        match record_success(&shared, binding, &record_ids).await {
+            Ok((table_write, count)) => {
+                write = table_write;
+                recorded = Some((binding.endpoint.as_str(), count));
             }
-            _ => {
-                if let Err(e) = binding.recorder.record(keys).await {
-                    disposition = failed(format!(
-                        "inbox record failed after the handler succeeded: {e}"
-                    ));
-                }
-            }
+            Err(e) => disposition = failed(e),
         }
     }
 
@@ -277,6 +222,86 @@ pub(crate) async fn process<S: Source>(
         attempt,
     };
     finish(&shared, seq, work.handle, verdict, permit).await;
+}
+
+/// Steps 0 and 1, before the guest: what the source decided (unless the inbox knows the
+/// message already succeeded here — its settlement was lost after its last attempt: a
+/// duplicate is skipped, never failed), then the inbox check made for the whole batch. `Ok`
+/// runs the guest (with the inbox binding to record into); `Err` settles with that
+/// disposition and outcome without running it.
+fn before_the_guest<'s, S: Source>(
+    shared: &'s Shared<S>,
+    label: &str,
+    decided: Option<Disposition>,
+    check: Precheck,
+    attempt: u32,
+    failed: &dyn Fn(String) -> Disposition,
+) -> Result<Option<&'s InboxBinding>, (Disposition, Option<&'static str>)> {
+    let p = &shared.pipeline;
+    let duplicate = matches!(check, Precheck::Checked(_, true));
+    if let (false, Some(disposition)) = (duplicate, decided) {
+        log(p, label, attempt, &disposition);
+        return Err((disposition, None));
+    }
+    match check {
+        Precheck::Bypass => Ok(None),
+        Precheck::Failed(error) => {
+            let disposition = failed(error);
+            log(p, label, attempt, &disposition);
+            Err((disposition, None))
+        }
+        Precheck::Checked(key, true) => {
+            let binding = p.inbox.as_ref().expect("checked against the queue's inbox");
+            crate::metrics::inbox_checked(&binding.endpoint, 1);
+            let provider = shared.source.provider();
+            tracing::info!(
+                name: "duplicate_detected", target: "wharf::inbox",
+                queue = %p.name, endpoint = %binding.endpoint, provider,
+                delivery = %label, message_id = %key.message_id,
+                "duplicate_detected: already processed on this endpoint, skipped without invoking the handler"
+            );
+            crate::metrics::duplicate_detected(&binding.endpoint, &p.name, provider);
+            crate::metrics::message(&p.name, MessageOutcome::Duplicate);
+            Err((Disposition::Complete, Some("skipped: duplicate")))
+        }
+        Precheck::Checked(_, false) => {
+            let binding = p.inbox.as_ref().expect("checked against the queue's inbox");
+            crate::metrics::inbox_checked(&binding.endpoint, 1);
+            Ok(Some(binding))
+        }
+    }
+}
+
+/// Step 3, after the guest succeeded: the inbox records of `record_ids`. A source that can
+/// writes them with its settlement (the returned write); otherwise they are written here
+/// first. Returns the write and how many keys were recorded, or why recording failed.
+async fn record_success<S: Source>(
+    shared: &Shared<S>,
+    binding: &InboxBinding,
+    record_ids: &[String],
+) -> Result<(Option<InboxWrite>, usize), String> {
+    let mut keys: Vec<InboxKey> = record_ids
+        .iter()
+        .filter_map(|id| InboxKey::new(&binding.endpoint, id).ok())
+        .collect();
+    keys.dedup();
+    let count = keys.len();
+    match binding.queue_table.clone() {
+        Some(table) if shared.source.records_inbox(binding) => Ok((
+            Some(InboxWrite {
+                table,
+                rows: keys.iter().map(InboxRow::from).collect(),
+                retention_ms: binding.retention.as_millis() as i64,
+            }),
+            count,
+        )),
+        _ => match binding.recorder.record(keys).await {
+            Ok(()) => Ok((None, count)),
+            Err(e) => Err(format!(
+                "inbox record failed after the handler succeeded: {e}"
+            )),
+        },
+    }
 }
 
 /// The latest moment a message received at `received` may start its handler call: three

@@ -16,6 +16,7 @@ mod ahead;
 mod broker;
 mod deliver;
 mod outcome;
+mod receiving;
 mod recorder;
 mod settle;
 mod sql;
@@ -36,6 +37,7 @@ pub use recorder::Recorder;
 pub use settle::Settler;
 pub use sql::{DEFERRED_PUBLISH_HEADER, SqlSource};
 
+use self::receiving::{Outage, gather_slots};
 use crate::config::QueueConfig;
 use crate::queue::Disposition;
 use crate::queue::InboxWrite;
@@ -211,12 +213,11 @@ impl Pipeline {
         let mut tasks = JoinSet::new();
         let mut changes = p.registry.subscribe();
         let mut waiting_logged = false;
-        let mut failing_since: Option<Instant> = None;
+        let mut outage = Outage::default();
         let sweep_every = (p.config.lease / 2).min(Duration::from_secs(5));
         let mut next_sweep = Instant::now();
         let mut last_short = true;
         let mut seq: u64 = 0;
-        let mut pause = MIN_PAUSE;
         let mut ahead = ahead::ReadAhead::new(
             shared.source.reads_ahead(),
             p.config.lease,
@@ -247,24 +248,7 @@ impl Pipeline {
             let Some(first) = ahead.slot(&slots, &shared.source, &shutdown).await else {
                 break;
             };
-            // Gather free slots for a moment so a busy queue receives in batches rather than
-            // one message per round trip as single slots free up.
-            let mut permits = vec![first];
-            let gather_until = tokio::time::Instant::now() + GATHER;
-            while permits.len() < batch {
-                match slots.clone().try_acquire_owned() {
-                    Ok(permit) => permits.push(permit),
-                    Err(_) if permits.len() >= batch / 4 || last_short => break,
-                    Err(_) => {
-                        match tokio::time::timeout_at(gather_until, slots.clone().acquire_owned())
-                            .await
-                        {
-                            Ok(permit) => permits.push(permit.expect("semaphore never closed")),
-                            Err(_) => break,
-                        }
-                    }
-                }
-            }
+            let mut permits = gather_slots(&slots, first, batch, last_short).await;
 
             if Instant::now() >= next_sweep {
                 next_sweep = Instant::now() + sweep_every;
@@ -280,24 +264,16 @@ impl Pipeline {
                 };
                 let received = match received {
                     Ok(received) => {
-                        if let Some(since) = failing_since.take() {
-                            tracing::info!(queue = %p.name, provider = shared.source.provider(), "receiving works again after {:?}", since.elapsed());
-                        }
+                        outage.over(&p.name, shared.source.provider());
                         received
                     }
                     Err(e) => {
-                        if failing_since.is_none() {
-                            tracing::error!(queue = %p.name, provider = shared.source.provider(), "receiving messages failed, retrying: {e}");
-                            failing_since = Some(Instant::now());
-                            pause = MIN_PAUSE;
-                        }
                         drop(permits);
-                        tokio::select! {
-                            _ = shutdown.cancelled() => break,
-                            _ = tokio::time::sleep(pause) => {}
+                        outage.failed(&p.name, shared.source.provider(), &e);
+                        if outage.wait(&shutdown).await {
+                            continue;
                         }
-                        pause = (pause * 2).min(MAX_PAUSE);
-                        continue;
+                        break;
                     }
                 };
                 // A short batch means the source is drained: do not wait to batch next time.
@@ -338,38 +314,7 @@ impl Pipeline {
 
         // Received ahead and never run: back to the source at once.
         ahead.hand_back(&shared.source).await;
-
-        shared.source.stop_receiving().await;
-        let drained =
-            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
-        if drained.is_err() {
-            tasks.abort_all();
-            while tasks.join_next().await.is_some() {}
-        }
-        shared.settling.close();
-        if tokio::time::timeout(SETTLING_GRACE, shared.settling.wait())
-            .await
-            .is_err()
-        {
-            tracing::error!(queue = %shared.pipeline.name, provider = shared.source.provider(), "settlements still running {SETTLING_GRACE:?} after the grace period; their messages return by lease expiry or redelivery");
-        }
-        let leftover: Vec<S::Handle> = shared
-            .in_flight
-            .lock()
-            .expect("in-flight set")
-            .drain()
-            .map(|(_, handle)| handle)
-            .collect();
-        if !leftover.is_empty() {
-            tracing::warn!(queue = %shared.pipeline.name, provider = shared.source.provider(), count = leftover.len(), "handing back messages still running after the shutdown grace period");
-            for _ in &leftover {
-                crate::metrics::message(
-                    &shared.pipeline.name,
-                    crate::metrics::MessageOutcome::Released,
-                );
-            }
-            shared.source.release(leftover).await;
-        }
+        stop(&shared, tasks, grace).await;
         shared.source.finish().await;
     }
 }
@@ -386,10 +331,38 @@ const SETTLING_PER_SLOT: usize = 8;
 /// How long settlements already under way may still take after the grace period.
 const SETTLING_GRACE: Duration = Duration::from_secs(10);
 
-/// First pause after a failed receive; it doubles up to [`MAX_PAUSE`] while failing.
-const MIN_PAUSE: Duration = Duration::from_millis(250);
-/// Longest pause between receives while the source fails.
-const MAX_PAUSE: Duration = Duration::from_secs(5);
-
-/// Longest a busy queue waits for more free slots before receiving.
-const GATHER: Duration = Duration::from_millis(2);
+/// Shut a pipeline down: stop receiving, let running calls finish within `grace` (then abort
+/// them), wait for their settlements, and hand back what never settled.
+async fn stop<S: Source>(shared: &Arc<Shared<S>>, mut tasks: JoinSet<()>, grace: Duration) {
+    shared.source.stop_receiving().await;
+    let drained =
+        tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
+    shared.settling.close();
+    if tokio::time::timeout(SETTLING_GRACE, shared.settling.wait())
+        .await
+        .is_err()
+    {
+        tracing::error!(queue = %shared.pipeline.name, provider = shared.source.provider(), "settlements still running {SETTLING_GRACE:?} after the grace period; their messages return by lease expiry or redelivery");
+    }
+    let leftover: Vec<S::Handle> = shared
+        .in_flight
+        .lock()
+        .expect("in-flight set")
+        .drain()
+        .map(|(_, handle)| handle)
+        .collect();
+    if !leftover.is_empty() {
+        tracing::warn!(queue = %shared.pipeline.name, provider = shared.source.provider(), count = leftover.len(), "handing back messages still running after the shutdown grace period");
+        for _ in &leftover {
+            crate::metrics::message(
+                &shared.pipeline.name,
+                crate::metrics::MessageOutcome::Released,
+            );
+        }
+        shared.source.release(leftover).await;
+    }
+}
