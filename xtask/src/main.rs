@@ -91,6 +91,8 @@ fn main() -> Result<()> {
 
 fn test(args: &[String]) -> Result<()> {
     tools::ensure_nextest()?;
+    // Type-checked while the services start and the guests build (mostly on one core).
+    let one_provider = check_one_provider_builds()?;
     services::ensure_postgres()?;
     services::ensure_redis()?;
     services::ensure_rabbitmq()?;
@@ -98,16 +100,17 @@ fn test(args: &[String]) -> Result<()> {
     tools::build_guests()?;
     browser::ensure_browser()?;
     check_format()?;
-    check_one_provider_builds()?;
+    tools::wait(one_provider)?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);
     cmd.args(args);
     tools::run(cmd)
 }
 
-/// The host builds with one provider alone (the others' clients left out): the default
-/// build has every provider, so a `cfg` that only holds with all of them shows here.
-fn check_one_provider_builds() -> Result<()> {
-    tools::run(tools::cargo(&[
+/// Start checking that the host builds with one provider alone (the others' clients left
+/// out): the default build has every provider, so a `cfg` that only holds with all of them
+/// shows here. [`tools::wait`] for the result.
+fn check_one_provider_builds() -> Result<tools::Running> {
+    tools::start(tools::cargo(&[
         "check",
         "--package",
         "wharf-host",

@@ -36,6 +36,29 @@ pub fn run(mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
+/// A command started by [`start`], with its command line.
+pub struct Running(std::process::Child, String);
+
+/// Start a command without waiting for it.
+pub fn start(mut cmd: Command) -> Result<Running> {
+    let line = format!("{cmd:?}");
+    eprintln!("xtask: {line} (in the background)");
+    let child = cmd.spawn().with_context(|| format!("starting {line}"))?;
+    Ok(Running(child, line))
+}
+
+/// Wait for a command [`start`] started, failing with its command line when it fails.
+pub fn wait(running: Running) -> Result<()> {
+    let Running(mut child, line) = running;
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {line}"))?;
+    if !status.success() {
+        bail!("{line} failed with {status}");
+    }
+    Ok(())
+}
+
 fn succeeds(cmd: &mut Command) -> bool {
     cmd.output().map(|o| o.status.success()).unwrap_or(false)
 }

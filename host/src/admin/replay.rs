@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 
 use super::AppState;
-use super::api::{ApiError, Params};
+use super::api::error::{ApiError, Params};
 use crate::queue::Status;
 use crate::replay::{ReplayError, ReplayReport, Selection, replay_selection};
 

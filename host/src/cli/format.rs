@@ -1,8 +1,11 @@
 //! Output helpers: tables for people, JSON for scripts, readable timestamps.
 
+use std::process::ExitCode;
 use std::time::{Duration, UNIX_EPOCH};
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+
+use super::Cli;
 
 /// A table with the given header.
 pub fn table(header: &[&str]) -> Table {
@@ -33,4 +36,18 @@ pub fn clip(text: &str, max: usize) -> String {
 pub fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
+}
+
+/// Print how many messages a command changed, or fail when it changed none.
+pub(crate) fn report(cli: &Cli, what: &str, changed: u64) -> anyhow::Result<ExitCode> {
+    if cli.json {
+        print_json(&serde_json::json!({ "changed": changed }))?;
+    } else {
+        println!("{what}: {changed} message(s)");
+    }
+    Ok(if changed == 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -4,14 +4,14 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use super::format::print_json;
+use super::Cli;
+use super::format::{print_json, report};
 use super::message_views::{print_history, print_list, print_message};
-use super::{Cli, load_config};
+use super::open_store;
 use crate::enqueue::{Enqueuer, Pointers, QueueRouter};
-use crate::queue::{self, MessageFilter, NewMessage, QueueStore, Selector, Status, limits, now_ms};
+use crate::queue::{self, MessageFilter, NewMessage, Selector, Status, limits, now_ms};
 
 /// `wharf enqueue QUEUE JSON …` or `wharf enqueue QUEUE --file messages.jsonl`.
 #[derive(Debug, Args)]
@@ -143,19 +143,6 @@ pub enum MessagesCommand {
     },
 }
 
-pub(super) async fn open_store(cli: &Cli) -> anyhow::Result<(crate::Config, Arc<dyn QueueStore>)> {
-    let config = load_config(&cli.config)?;
-    let store = queue::open(&config.storage.url, config.storage.schema.as_deref(), 2)
-        .await
-        .with_context(|| {
-            format!(
-                "opening the queue storage at {}",
-                crate::config::redacted_url(&config.storage.url)
-            )
-        })?;
-    Ok((config, store))
-}
-
 /// `wharf enqueue`.
 pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> {
     let (config, store) = open_store(cli).await?;
@@ -246,20 +233,6 @@ fn parse_status(name: &str) -> anyhow::Result<Status> {
         );
     }
     Ok(status)
-}
-
-/// Print how many messages a command changed, or fail when it changed none.
-pub(super) fn report(cli: &Cli, what: &str, changed: u64) -> anyhow::Result<ExitCode> {
-    if cli.json {
-        print_json(&serde_json::json!({ "changed": changed }))?;
-    } else {
-        println!("{what}: {changed} message(s)");
-    }
-    Ok(if changed == 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 /// `wharf messages …`.

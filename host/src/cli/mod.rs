@@ -149,6 +149,22 @@ pub fn load_config(path: &std::path::Path) -> anyhow::Result<Config> {
     crate::host::load_config(path).map_err(anyhow::Error::new)
 }
 
+/// The configuration and its queue store, for a command that reads or changes messages.
+pub(super) async fn open_store(
+    cli: &Cli,
+) -> anyhow::Result<(crate::Config, std::sync::Arc<dyn crate::queue::QueueStore>)> {
+    let config = load_config(&cli.config)?;
+    let store = crate::queue::open(&config.storage.url, config.storage.schema.as_deref(), 2)
+        .await
+        .with_context(|| {
+            format!(
+                "opening the queue storage at {}",
+                crate::config::redacted_url(&config.storage.url)
+            )
+        })?;
+    Ok((config, store))
+}
+
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Config(ConfigCommand::Check { file }) => {

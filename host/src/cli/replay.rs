@@ -10,7 +10,7 @@ use clap::Args;
 
 use super::Cli;
 use super::format::{print_json, table};
-use super::messages::open_store;
+use super::open_store;
 use crate::queue::Status;
 use crate::replay::{ReplayResult, Selection, replay_selection};
 

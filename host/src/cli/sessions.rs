@@ -7,8 +7,9 @@ use std::sync::Arc;
 use clap::Subcommand;
 
 use super::Cli;
+use super::format::report;
 use super::format::{clip, print_json, table, time};
-use super::messages::{open_store, report};
+use super::open_store;
 use crate::queue::{QueueStore, Status};
 
 /// `wharf sessions …`.

@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 mod commands;
-mod error;
+pub(crate) mod error;
 mod history;
 mod sessions;
 
