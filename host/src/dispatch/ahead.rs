@@ -375,7 +375,9 @@ mod tests {
             Ok(Vec::new())
         }
         async fn wait_for_work(&self, _: &CancellationToken) {}
-        async fn settle(&self, _: u32, _: super::super::Verdict) {}
+        async fn settle(&self, _: u32, _: super::super::Verdict) -> bool {
+            true
+        }
         async fn release(&self, handles: Vec<u32>) {
             self.0.lock().unwrap().extend(handles);
         }

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::effects::{self, ForSettlement, Staging};
 use super::outcome::{decide, transient};
 use super::recorder::Recorder;
 use super::{Pipeline, Shared, Source, Verdict, Work};
 use crate::inbox::{InboxKey, InboxStore};
 use crate::metrics::MessageOutcome;
 use crate::queue::{Backoff, Disposition};
-use crate::queue::{InboxRow, InboxWrite};
 use crate::runtime::{InvokeError, LoadedHandler, Outcome};
 
 /// How a completion by a pending handoff is named (the message's `outcome`).
@@ -139,6 +139,7 @@ pub(crate) async fn process<S: Source>(
         disposition,
         outcome,
         inbox: None,
+        follow_ups: Vec::new(),
         attempt,
     };
 
@@ -166,16 +167,17 @@ pub(crate) async fn process<S: Source>(
         }
     };
 
-    // 2. The guest.
+    // 2. The guest, its follow-ups staged.
     let record_ids = work.inbox.map(|ids| ids.record).unwrap_or_default();
     let started = std::time::Instant::now();
     let start_by = start_by(received, p.config.lease, p.config.timeout);
+    let staging = Staging::new(p.enqueuer.clone());
     let result = crate::runtime::invoke_starting_by(
         &handler,
         work.message,
         p.config.timeout,
         start_by,
-        p.enqueuer.clone(),
+        staging.clone(),
     )
     .await;
     crate::metrics::handler_call(&p.name, started.elapsed());
@@ -190,15 +192,13 @@ pub(crate) async fn process<S: Source>(
         _ => None,
     };
 
-    // 3. Record, only after the guest succeeded, and not for a pending handoff.
-    let mut write = None;
-    let mut recorded = None;
-    if let (Some(binding), Ok(Ok(Outcome::Completed))) = (inbox, &result) {
-        match record_success(&shared, binding, &record_ids).await {
-            Ok((table_write, count)) => {
-                write = table_write;
-                recorded = Some((binding.endpoint.as_str(), count));
-            }
+    // 3. Effects, only after the guest succeeded: its follow-ups, and the inbox record
+    // (not for a pending handoff).
+    let mut effects = ForSettlement::default();
+    if outcome.is_some() {
+        let record_into = inbox.filter(|_| outcome == Some("completed"));
+        match effects::commit(&shared, record_into, &record_ids, staging.take()).await {
+            Ok(left) => effects = left,
             Err(e) => disposition = failed(e),
         }
     }
@@ -206,8 +206,8 @@ pub(crate) async fn process<S: Source>(
     // 4. Settle.
     log(p, &work.label, attempt, &disposition);
     let complete = disposition == Disposition::Complete;
-    if let (true, Some((endpoint, count))) = (complete, recorded) {
-        crate::metrics::inbox_recorded(endpoint, count);
+    if let (true, Some(binding)) = (complete && effects.recorded > 0, inbox) {
+        crate::metrics::inbox_recorded(&binding.endpoint, effects.recorded);
     }
     if matches!(
         disposition,
@@ -215,13 +215,28 @@ pub(crate) async fn process<S: Source>(
     ) {
         crate::metrics::settled(&p.name, enqueued_at_ms);
     }
+    let after = After {
+        targets: effects.follow_ups.iter().map(|f| f.queue.clone()).collect(),
+        record: inbox.cloned().zip(Some(effects.record_after)),
+    };
     let verdict = Verdict {
         disposition,
         outcome: outcome.filter(|_| complete),
-        inbox: write.filter(|_| complete),
+        inbox: effects.inbox.filter(|_| complete),
+        follow_ups: effects.follow_ups,
         attempt,
     };
-    finish(&shared, seq, work.handle, verdict, permit).await;
+    finish_then(&shared, seq, work.handle, verdict, permit, after).await;
+}
+
+/// What follows an applied settlement that wrote follow-ups: waking their queues in this
+/// process, and the inbox records left for after it.
+#[derive(Default)]
+struct After {
+    /// The follow-ups' queues.
+    targets: Vec<String>,
+    /// An inbox outside the queue database and the keys to record there.
+    record: Option<(InboxBinding, Vec<InboxKey>)>,
 }
 
 /// Steps 0 and 1, before the guest: what the source decided (unless the inbox knows the
@@ -272,38 +287,6 @@ fn before_the_guest<'s, S: Source>(
     }
 }
 
-/// Step 3, after the guest succeeded: the inbox records of `record_ids`. A source that can
-/// writes them with its settlement (the returned write); otherwise they are written here
-/// first. Returns the write and how many keys were recorded, or why recording failed.
-async fn record_success<S: Source>(
-    shared: &Shared<S>,
-    binding: &InboxBinding,
-    record_ids: &[String],
-) -> Result<(Option<InboxWrite>, usize), String> {
-    let mut keys: Vec<InboxKey> = record_ids
-        .iter()
-        .filter_map(|id| InboxKey::new(&binding.endpoint, id).ok())
-        .collect();
-    keys.dedup();
-    let count = keys.len();
-    match binding.queue_table.clone() {
-        Some(table) if shared.source.records_inbox(binding) => Ok((
-            Some(InboxWrite {
-                table,
-                rows: keys.iter().map(InboxRow::from).collect(),
-                retention_ms: binding.retention.as_millis() as i64,
-            }),
-            count,
-        )),
-        _ => match binding.recorder.record(keys).await {
-            Ok(()) => Ok((None, count)),
-            Err(e) => Err(format!(
-                "inbox record failed after the handler succeeded: {e}"
-            )),
-        },
-    }
-}
-
 /// The latest moment a message received at `received` may start its handler call: three
 /// quarters of what its `lease` leaves beyond the handler's `timeout`, so a call that waited
 /// for a free instance until then still ends, and is settled, before the lease runs out.
@@ -326,6 +309,18 @@ async fn finish<S: Source>(
     verdict: Verdict,
     permit: OwnedSemaphorePermit,
 ) {
+    finish_then(shared, seq, handle, verdict, permit, After::default()).await
+}
+
+/// [`finish`], then what follows an applied settlement ([`After`]).
+async fn finish_then<S: Source>(
+    shared: &Arc<Shared<S>>,
+    seq: u64,
+    handle: S::Handle,
+    verdict: Verdict,
+    permit: OwnedSemaphorePermit,
+    after: After,
+) {
     shared.in_flight.lock().expect("in-flight set").remove(&seq);
     let settling = shared.clone();
     let task = shared.settling.spawn(async move {
@@ -336,7 +331,18 @@ async fn finish<S: Source>(
             .await
             .expect("semaphore never closed");
         drop(permit);
-        settling.source.settle(handle, verdict).await
+        if !settling.source.settle(handle, verdict).await {
+            return;
+        }
+        let p = &settling.pipeline;
+        for queue in &after.targets {
+            p.enqueuer.ready(queue);
+        }
+        if let Some((binding, keys)) = after.record.filter(|(_, keys)| !keys.is_empty())
+            && let Err(e) = binding.recorder.record(keys).await
+        {
+            tracing::warn!(queue = %p.name, endpoint = %binding.endpoint, "inbox record failed after the message and its follow-ups were settled; it is processed, but a resubmission would run it again: {e}");
+        }
     });
     let _ = task.await;
 }

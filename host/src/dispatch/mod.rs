@@ -15,6 +15,7 @@
 mod ahead;
 mod broker;
 mod deliver;
+mod effects;
 mod outcome;
 mod receiving;
 mod recorder;
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use broker::{ExternalParts, ExternalSource};
 pub use deliver::{InboxBinding, MOVED_FROM_HEADER};
+pub use effects::{MAX_FOLLOW_UP_BYTES, MAX_FOLLOW_UPS};
 pub use outcome::{decide, transient};
 pub use recorder::Recorder;
 pub use settle::Settler;
@@ -40,7 +42,7 @@ pub use sql::{DEFERRED_PUBLISH_HEADER, SqlSource};
 use self::receiving::{Outage, gather_slots};
 use crate::config::QueueConfig;
 use crate::queue::Disposition;
-use crate::queue::InboxWrite;
+use crate::queue::{FollowUp, InboxWrite};
 use crate::runtime::Enqueuer;
 use crate::runtime::{HandlerRegistry, Message};
 
@@ -79,6 +81,9 @@ pub struct Verdict {
     pub outcome: Option<&'static str>,
     /// Inbox records the source writes with the settlement itself.
     pub inbox: Option<InboxWrite>,
+    /// On a success, the follow-ups the handler staged, for a source that writes them with
+    /// its settlement ([`Source::settles_follow_ups`]).
+    pub follow_ups: Vec<FollowUp>,
     /// The attempt that ended (kept when the message moves to another store).
     pub attempt: u32,
 }
@@ -126,8 +131,14 @@ pub trait Source: Send + Sync + 'static {
         false
     }
 
-    /// Apply a verdict. Logs what went wrong itself.
-    async fn settle(&self, handle: Self::Handle, verdict: Verdict);
+    /// Whether [`Verdict::follow_ups`] are written by [`Source::settle`] (a source settling
+    /// in the SQL store); otherwise the pipeline commits them before settling.
+    fn settles_follow_ups(&self) -> bool {
+        false
+    }
+
+    /// Apply a verdict; returns whether it was applied. Logs what went wrong itself.
+    async fn settle(&self, handle: Self::Handle, verdict: Verdict) -> bool;
 
     /// Hand messages back untouched (shutdown): available again, where the source allows
     /// without counting the attempt.

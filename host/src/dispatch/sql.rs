@@ -202,11 +202,15 @@ impl Source for SqlSource {
         inbox.queue_table.is_some()
     }
 
+    fn settles_follow_ups(&self) -> bool {
+        true
+    }
+
     fn reads_ahead(&self) -> bool {
         true
     }
 
-    async fn settle(&self, handle: SqlLease, verdict: Verdict) {
+    async fn settle(&self, handle: SqlLease, verdict: Verdict) -> bool {
         let SqlLease { lease, session } = handle;
         let disposition = verdict.disposition_in(session.is_some());
         let settlement = Settlement {
@@ -216,17 +220,24 @@ impl Source for SqlSource {
             outcome: verdict.outcome.map(str::to_string),
             inbox: verdict.inbox,
             session: session.map(|key| (self.name.to_string(), key)),
+            follow_ups: verdict.follow_ups,
         };
         let in_session = settlement.session.is_some();
         match self.settler.settle(settlement).await {
-            // The next message of the session may be ready now: look at once.
-            Ok(SettleResult::Applied) if in_session => self.wake.notify_one(),
-            Ok(SettleResult::Applied) => {}
+            Ok(SettleResult::Applied) => {
+                // The next message of the session may be ready now: look at once.
+                if in_session {
+                    self.wake.notify_one();
+                }
+                true
+            }
             Ok(SettleResult::LeaseLost) => {
-                tracing::warn!(queue = %self.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied")
+                tracing::warn!(queue = %self.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied");
+                false
             }
             Err(e) => {
-                tracing::debug!(queue = %self.name, key = lease.key, "not settled (the settlement task logs the outage): {e}")
+                tracing::debug!(queue = %self.name, key = lease.key, "not settled (the settlement task logs the outage): {e}");
+                false
             }
         }
     }

@@ -18,10 +18,10 @@ pub use import::{ImportError, Pointers, parse_lines};
 use crate::config::{Config, QueueStorage};
 use crate::external::{Envelope, Provider, Providers, PublishOptions};
 use crate::headers::DEFERRED_PUBLISH as DEFERRED_PUBLISH_HEADER;
-pub use crate::runtime::{EnqueueError, Enqueuer};
+pub use crate::runtime::{EnqueueError, Enqueuer, Staged};
 
 use crate::queue::limits;
-use crate::queue::{Enqueued, NewMessage, QueueStore, now_ms};
+use crate::queue::{Enqueued, FollowUp, InboxWrite, NewMessage, QueueStore, now_ms};
 
 /// Most envelopes per publish call to a provider.
 const PUBLISH_BATCH: usize = 500;
@@ -286,6 +286,46 @@ impl QueueRouter {
 
 #[async_trait]
 impl Enqueuer for QueueRouter {
+    /// Everything that goes into the SQL store is staged (a message for an external queue
+    /// waiting there until due too); a message for a broker is not.
+    fn stage(&self, queue: &str, mut message: NewMessage) -> Result<Staged, EnqueueError> {
+        let route = self.route(queue)?;
+        if !route.sessions {
+            message.session = None;
+        }
+        let target = Self::target(route, &message, now_ms());
+        if let Target::Provider { .. } = target {
+            return Ok(Staged::Now(message));
+        }
+        self.check(queue, &message)?;
+        if let (Target::StoreThenPublish, Some(external)) = (target, &route.external) {
+            message
+                .headers
+                .push((DEFERRED_PUBLISH_HEADER.to_string(), external.name.clone()));
+        }
+        Ok(Staged::Store(FollowUp {
+            queue: queue.to_string(),
+            message,
+            idempotent: route.idempotent,
+        }))
+    }
+
+    async fn commit(
+        &self,
+        inbox: Option<&InboxWrite>,
+        follow_ups: &[FollowUp],
+    ) -> Result<(), EnqueueError> {
+        self.store.commit_follow_ups(inbox, follow_ups).await?;
+        for follow_up in follow_ups {
+            Enqueuer::ready(self, &follow_up.queue);
+        }
+        Ok(())
+    }
+
+    fn ready(&self, queue: &str) {
+        self.wake(Some(queue));
+    }
+
     /// A message for the SQL queue joins the queue's group commit: enqueues made at the same
     /// time (handlers' follow-ups) are written together.
     async fn enqueue(

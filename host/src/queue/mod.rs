@@ -8,6 +8,7 @@
 
 mod backoff;
 pub(crate) mod enqueue;
+mod follow_ups;
 mod inbox_records;
 pub mod limits;
 mod manage;
@@ -29,6 +30,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
+pub use follow_ups::FollowUp;
 pub(crate) use inbox_records::inbox_writes;
 pub use inbox_records::{InboxRow, InboxWrite, inbox_hash, record};
 pub use payload::canonical_hash;
@@ -223,7 +225,18 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Apply the outcomes of several leases in one round trip. A lease that expired and was
     /// taken over elsewhere is not applied ([`SettleResult::LeaseLost`]). A message that was
     /// re-enqueued while leased takes its newer version instead of this outcome.
+    /// A completion's [`Settlement::follow_ups`] are written in the same transaction, only
+    /// when it is applied (never again when a retried batch finds it applied already).
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError>;
+
+    /// Commit the effects of a successful delivery that is settled elsewhere (a broker
+    /// message, acknowledged after this returns): its inbox records (`inbox`, a table of this
+    /// database) and its follow-ups, in one transaction.
+    async fn commit_follow_ups(
+        &self,
+        inbox: Option<&InboxWrite>,
+        follow_ups: &[FollowUp],
+    ) -> Result<(), QueueError>;
 
     /// Handle messages whose lease expired: with `retry_abandoned`, back to pending (failed
     /// when they used their last attempt), otherwise failed. A newer version waiting for

@@ -11,18 +11,41 @@ use super::statements::{
     APPLY_NEXT, COMPLETED_UNDER, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
 };
 use super::{
-    Disposition, InboxWrite, Lease, QueueError, SettleResult, Settlement, inbox_records,
-    inbox_writes, postgres, sqlite,
+    Disposition, InboxWrite, Lease, QueueError, SettleResult, Settlement, follow_ups,
+    inbox_records, inbox_writes, postgres, sqlite,
 };
 use crate::sql::{Conn, Pool, Text};
 
+/// What a batch did.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    /// One result per settlement, in input order.
+    pub results: Vec<SettleResult>,
+    /// The queues that received a ready follow-up.
+    pub ready: Vec<String>,
+}
+
+/// How one settlement went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Done {
+    /// Applied by this transaction.
+    Now,
+    /// Applied by an earlier try of the same batch (its follow-ups were written then).
+    Before,
+    /// The lease was lost.
+    Lost,
+}
+
 /// The inbox records of a batch made only of completions that keep their message, outside
-/// sessions, with at most one inbox write: `Some(write)` for such a batch, which a store may
+/// sessions and without follow-ups, with at most one inbox write: `Some(write)` for such a batch, which a store may
 /// apply in one statement. `None` for any other batch.
 fn plain_completions(settlements: &[Settlement]) -> Option<Option<InboxWrite>> {
-    let plain = settlements
-        .iter()
-        .all(|s| s.disposition == Disposition::Complete && s.keep_processed && s.session.is_none());
+    let plain = settlements.iter().all(|s| {
+        s.disposition == Disposition::Complete
+            && s.keep_processed
+            && s.session.is_none()
+            && s.follow_ups.is_empty()
+    });
     if !plain {
         return None;
     }
@@ -45,7 +68,7 @@ pub(crate) async fn settle_batch(
     pool: &Pool,
     settlements: &[Settlement],
     now: i64,
-) -> Result<Vec<SettleResult>, QueueError> {
+) -> Result<Settled, QueueError> {
     let (Pool::Postgres(pg), Some(inbox)) = (pool, plain_completions(settlements)) else {
         return in_transaction(pool, settlements, now).await;
     };
@@ -63,35 +86,40 @@ pub(crate) async fn settle_batch(
     let mut rest = if rest.is_empty() {
         Vec::new()
     } else {
-        in_transaction(pool, &rest, now).await?
+        in_transaction(pool, &rest, now).await?.results
     }
     .into_iter();
-    Ok(settlements
+    let results = settlements
         .iter()
         .map(|s| match done.contains(&s.lease) {
             true => SettleResult::Applied,
             false => rest.next().unwrap_or(SettleResult::LeaseLost),
         })
-        .collect())
+        .collect();
+    Ok(Settled {
+        results,
+        ready: Vec::new(),
+    })
 }
 
 async fn in_transaction(
     pool: &Pool,
     settlements: &[Settlement],
     now: i64,
-) -> Result<Vec<SettleResult>, QueueError> {
+) -> Result<Settled, QueueError> {
     let mut tx = pool.begin().await?;
-    let results = settle(&mut tx.conn(), settlements, now).await?;
+    let settled = settle(&mut tx.conn(), settlements, now).await?;
     tx.commit().await?;
-    Ok(results)
+    Ok(settled)
 }
 
-/// Apply `settlements` on `conn`, in the caller's transaction; results in input order.
+/// Apply `settlements` on `conn`, in the caller's transaction; results in input order. The
+/// follow-ups of the settlements this transaction applies are written with them.
 async fn settle(
     conn: &mut Conn<'_>,
     settlements: &[Settlement],
     now: i64,
-) -> Result<Vec<SettleResult>, QueueError> {
+) -> Result<Settled, QueueError> {
     // Inbox records first: recorded exactly when the settlement commits.
     for write in inbox_writes(settlements) {
         inbox_records::record(conn, &write).await?;
@@ -106,15 +134,19 @@ async fn settle(
     } else {
         complete_kept(conn, &completes, now).await?
     };
-    let mut results = Vec::with_capacity(settlements.len());
+    let mut done = Vec::with_capacity(settlements.len());
     for s in settlements {
-        let applied = completed.contains(&s.lease) || settle_one(conn, s, now).await?;
-        results.push(if applied {
-            SettleResult::Applied
-        } else {
-            SettleResult::LeaseLost
+        done.push(match completed.contains(&s.lease) {
+            true => Done::Now,
+            false => settle_one(conn, s, now).await?,
         });
     }
+    let follow_ups = settlements
+        .iter()
+        .zip(&done)
+        .filter(|(_, done)| **done == Done::Now)
+        .flat_map(|(s, _)| &s.follow_ups);
+    let ready = follow_ups::write(conn, follow_ups, now).await?;
     // Sessions last, on the statuses just written: a failure or handoff parks what waits
     // behind it, a success of a blocker's retry drains its session.
     let touched = settlements.iter().filter_map(|s| {
@@ -128,10 +160,17 @@ async fn settle(
     for (queue, sessions) in by_queue(touched) {
         sessions::tend(conn, queue, Some(&sessions), now).await?;
     }
-    Ok(results)
+    let results = done
+        .into_iter()
+        .map(|d| match d {
+            Done::Now | Done::Before => SettleResult::Applied,
+            Done::Lost => SettleResult::LeaseLost,
+        })
+        .collect();
+    Ok(Settled { results, ready })
 }
 
-async fn settle_one(conn: &mut Conn<'_>, s: &Settlement, now: i64) -> Result<bool, QueueError> {
+async fn settle_one(conn: &mut Conn<'_>, s: &Settlement, now: i64) -> Result<Done, QueueError> {
     let lease = s.lease;
     let applied = match &s.disposition {
         // Not completed with the others: leased no more, or awaiting release.
@@ -156,7 +195,7 @@ async fn settle_one(conn: &mut Conn<'_>, s: &Settlement, now: i64) -> Result<boo
         Disposition::HandOff => fenced(conn, sessions::HAND_OFF, Some(now), lease).await?,
     };
     if applied {
-        return Ok(true);
+        return Ok(Done::Now);
     }
     // Re-enqueued while leased: record what this processor did, then the newer version takes
     // over (the older outcome never overwrites it).
@@ -176,7 +215,7 @@ async fn settle_one(conn: &mut Conn<'_>, s: &Settlement, now: i64) -> Result<boo
         .bind(None::<String>);
     let next = next.bind(lease.key).bind(lease.token).bind(None::<String>);
     if changed_one(next).await? {
-        return Ok(true);
+        return Ok(Done::Now);
     }
     // A retry of a completion that went through: applied, not lost.
     match s.disposition {
@@ -185,9 +224,12 @@ async fn settle_one(conn: &mut Conn<'_>, s: &Settlement, now: i64) -> Result<boo
                 .query(&COMPLETED_UNDER)
                 .bind(lease.key)
                 .bind(lease.token);
-            Ok(found.fetch_optional().await?.is_some())
+            Ok(match found.fetch_optional().await? {
+                Some(_) => Done::Before,
+                None => Done::Lost,
+            })
         }
-        _ => Ok(false),
+        _ => Ok(Done::Lost),
     }
 }
 

@@ -14,9 +14,10 @@ use super::prepared::Prepared;
 use super::rows::leased_in_order;
 use super::statements::{self, ABANDONED, APPLY_NEXT, EXPIRE};
 use super::{
-    BlockedSession, Enqueued, HistoryEntry, InboxProbe, LeasedMessage, MessageFilter, NewMessage,
-    QueueError, QueueStore, Retention, Selector, SettleResult, Settlement, Status, StoredMessage,
-    WakeFn, manage, now_ms, postgres, sessions, settle, sqlite,
+    BlockedSession, Enqueued, FollowUp, HistoryEntry, InboxProbe, InboxWrite, LeasedMessage,
+    MessageFilter, NewMessage, QueueError, QueueStore, Retention, Selector, SettleResult,
+    Settlement, Status, StoredMessage, WakeFn, follow_ups, manage, now_ms, postgres, sessions,
+    settle, sqlite,
 };
 use crate::sql::{Dialect, Pool};
 
@@ -93,6 +94,16 @@ impl SqlStore {
                 pool,
             },
         })
+    }
+
+    /// Wake the processors of `queues` in every process (PostgreSQL's `NOTIFY`; in this
+    /// process the caller wakes them).
+    async fn notify_ready(&self, queues: &[String]) {
+        if let Engine::Postgres { pool, notifier, .. } = &self.engine {
+            for queue in queues {
+                notifier.ready(pool, queue).await;
+            }
+        }
     }
 
     /// Its dialect.
@@ -294,7 +305,26 @@ impl QueueStore for SqlStore {
     }
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
-        settle::settle_batch(&self.settlements, settlements, now_ms()).await
+        let settled = settle::settle_batch(&self.settlements, settlements, now_ms()).await?;
+        self.notify_ready(&settled.ready).await;
+        Ok(settled.results)
+    }
+
+    async fn commit_follow_ups(
+        &self,
+        inbox: Option<&InboxWrite>,
+        follow_ups: &[FollowUp],
+    ) -> Result<(), QueueError> {
+        let now = now_ms();
+        let mut tx = self.settlements.begin().await?;
+        let mut conn = tx.conn();
+        if let Some(write) = inbox {
+            super::record(&mut conn, write).await?;
+        }
+        let ready = follow_ups::write(&mut conn, follow_ups, now).await?;
+        tx.commit().await?;
+        self.notify_ready(&ready).await;
+        Ok(())
     }
 
     async fn expire_leases(

@@ -135,6 +135,9 @@ pub struct Settlement {
     /// The message's session as (queue, session key): its order is tended in the same
     /// transaction (siblings parked behind a block, drained once it is resolved).
     pub session: Option<(String, String)>,
+    /// On a success, the follow-ups its handler staged: written in the same transaction when
+    /// the settlement is applied, never otherwise.
+    pub follow_ups: Vec<super::FollowUp>,
 }
 
 impl Settlement {
@@ -147,6 +150,7 @@ impl Settlement {
             outcome: None,
             inbox: None,
             session: None,
+            follow_ups: Vec::new(),
         }
     }
 }

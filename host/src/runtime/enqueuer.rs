@@ -1,12 +1,13 @@
 //! The port through which a guest's `host.enqueue` — and everything else that enqueues by
 //! queue name (the CLI, the admin API, replays) — reaches the queues. The runtime owns the
 //! trait; `enqueue::QueueRouter` implements it, so the runtime never depends on where a
-//! queue keeps its messages.
+//! queue keeps its messages. A handler's follow-ups are staged through it ([`Enqueuer::stage`])
+//! and committed with the outcome of the message being processed.
 
 use async_trait::async_trait;
 
 use crate::queue::limits::LimitError;
-use crate::queue::{Enqueued, NewMessage, QueueError};
+use crate::queue::{Enqueued, FollowUp, InboxWrite, NewMessage, QueueError};
 
 /// Why a message was not enqueued.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +39,20 @@ pub enum EnqueueError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] QueueError),
+    /// A handler call staged more follow-ups than one call may.
+    #[error(
+        "a handler call may stage at most {max_count} follow-up messages and {max_bytes} bytes of payload; this one would stage {count} ({bytes} bytes): split the work across several messages"
+    )]
+    FollowUpLimit {
+        /// Follow-ups the call would stage.
+        count: usize,
+        /// Their payload bytes.
+        bytes: usize,
+        /// The most per call.
+        max_count: usize,
+        /// The most payload bytes per call.
+        max_bytes: usize,
+    },
     /// The external provider of the queue failed.
     #[error("enqueueing into external queue `{queue}` failed: {reason}")]
     External {
@@ -48,9 +63,45 @@ pub enum EnqueueError {
     },
 }
 
+/// What [`Enqueuer::stage`] made of a handler's follow-up.
+#[derive(Debug)]
+pub enum Staged {
+    /// Checked, and written into the SQL store with the outcome of the message being
+    /// processed.
+    Store(FollowUp),
+    /// It does not go into the SQL store (an external queue's broker): enqueue it now.
+    Now(NewMessage),
+}
+
 /// Something that can enqueue messages by queue name.
 #[async_trait]
 pub trait Enqueuer: Send + Sync + 'static {
+    /// Check `message` for `queue` as [`Enqueuer::enqueue`] would, and when it would be
+    /// written into the SQL store, return it ready to be written later, with the settlement of
+    /// the message whose handler enqueued it. Enqueuers that keep nothing hand it back.
+    fn stage(&self, queue: &str, message: NewMessage) -> Result<Staged, EnqueueError> {
+        let _ = queue;
+        Ok(Staged::Now(message))
+    }
+
+    /// Commit the effects of a success that its source settles outside the SQL store (a
+    /// broker message): `inbox` records and `follow_ups`, in one transaction.
+    async fn commit(
+        &self,
+        inbox: Option<&InboxWrite>,
+        follow_ups: &[FollowUp],
+    ) -> Result<(), EnqueueError> {
+        let _ = (inbox, follow_ups);
+        Err(EnqueueError::Store(QueueError::Conflict(
+            "this enqueuer keeps no follow-ups".into(),
+        )))
+    }
+
+    /// A message of `queue` became ready in this process (a follow-up was committed).
+    fn ready(&self, queue: &str) {
+        let _ = queue;
+    }
+
     /// Enqueue one message into `queue`.
     async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError>;
 

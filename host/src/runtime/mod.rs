@@ -20,7 +20,7 @@ pub use bindings::{
 };
 pub use deploy_log::{DeployEvent, DeployLog, DeployResult};
 pub use engine::EPOCH_TICK;
-pub use enqueuer::{EnqueueError, Enqueuer};
+pub use enqueuer::{EnqueueError, Enqueuer, Staged};
 pub use invoke::{InvokeError, InvokeResult, invoke, invoke_starting_by};
 pub use outbound::{BadOutboundHost, OutboundHost};
 pub use registry::{DeployError, Grants, HandlerRegistry, LoadOutcome, LoadedHandler, Origin};

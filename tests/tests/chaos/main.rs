@@ -1,7 +1,8 @@
 //! The fault matrix: for each backend and fault, N messages through a counting guest (the
-//! `flaky` fixture echoing each message's `n` into the SQL queue `replies`, one reply per run),
-//! while a `wharf run` process is crashed, stopped, or cut off from its store. Each case
-//! reports lost messages (must be 0), duplicate runs, the time processing took to resume once
+//! `flaky` fixture echoing each message's `n` into the SQL queue `replies` — a follow-up,
+//! committed with the outcome of the run that sent it), while a `wharf run` process is
+//! crashed, stopped, or cut off from its store. Each case reports lost messages (must be 0),
+//! duplicate follow-ups (must be 0 from a SQL queue), the time processing took to resume once
 //! the fault ended, and whether `/readyz` went red during the fault and green again.
 //!
 //! `cargo xtask test` runs the short form (few messages, 3 s cuts); `cargo xtask chaos` runs
@@ -216,6 +217,14 @@ async fn case(backend: Backend, fault: Fault) {
     let duplicates: u64 = done.values().map(|runs| runs - 1).sum();
     report(backend, fault, total, lost, duplicates, recovered, went_red);
     assert_eq!(lost, 0, "messages lost");
+    if matches!(backend, Backend::Sqlite | Backend::Postgres) {
+        // A reply is the handler's follow-up, written with its message's settlement: a run
+        // whose settlement did not commit left none.
+        assert_eq!(
+            duplicates, 0,
+            "follow-ups from a SQL queue exist exactly once"
+        );
+    }
 }
 
 /// Print the row, and append it to `WHARF_CHAOS_OUT` when set.

@@ -91,6 +91,7 @@ macro_rules! conformance {
                 queue_settings_the_provider_cannot_honour_are_config_errors,
                 a_broker_down_at_start_up_does_not_stop_the_host,
                 a_handle_the_provider_did_not_make_is_an_error,
+                follow_ups_exist_only_for_the_attempt_that_succeeded,
             );
         }
     };

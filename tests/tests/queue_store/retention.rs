@@ -10,12 +10,8 @@ use super::message;
 async fn process_all(store: &Arc<dyn QueueStore>, keep: bool) {
     for m in store.lease("q", 1000, 30_000).await.unwrap() {
         let s = Settlement {
-            lease: m.lease,
-            disposition: Disposition::Complete,
             keep_processed: keep,
-            outcome: None,
-            inbox: None,
-            session: None,
+            ..Settlement::new(m.lease, Disposition::Complete)
         };
         store.settle(&[s]).await.unwrap();
     }
@@ -57,12 +53,8 @@ pub async fn retention_zero_still_records_the_previous_version(store: Arc<dyn Qu
         .await
         .unwrap();
     let s = Settlement {
-        lease,
-        disposition: Disposition::Complete,
         keep_processed: false,
-        outcome: None,
-        inbox: None,
-        session: None,
+        ..Settlement::new(lease, Disposition::Complete)
     };
     store.settle(&[s]).await.unwrap();
     let history = store.history("q", "o-1").await.unwrap();

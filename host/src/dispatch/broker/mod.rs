@@ -242,7 +242,7 @@ impl Source for ExternalSource {
         }
     }
 
-    async fn settle(&self, item: Arc<Item>, verdict: Verdict) {
+    async fn settle(&self, item: Arc<Item>, verdict: Verdict) -> bool {
         let attempt = verdict.attempt;
         let settled = match verdict.disposition_in(item.session.is_some()) {
             // A pending handoff blocks its session: it waits in the SQL queue, handed off,
@@ -282,12 +282,13 @@ impl Source for ExternalSource {
             }
             Disposition::Release => {
                 self.release(vec![item]).await;
-                return;
+                return false;
             }
         };
         if settled && let Some(session) = &item.session {
             self.gate.settled(session);
         }
+        settled
     }
 
     fn reads_ahead(&self) -> bool {

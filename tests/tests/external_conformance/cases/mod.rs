@@ -14,9 +14,11 @@ use wharf_tests::{
 
 use crate::{Harness, capabilities, open};
 
+mod effects;
 mod faults;
 mod identity;
 
+pub use effects::*;
 pub use faults::*;
 pub use identity::*;
 

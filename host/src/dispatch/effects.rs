@@ -1,0 +1,164 @@
+//! A handler's effects, committed with its outcome: the follow-up messages it enqueues are
+//! staged during the call ([`Staging`]) and exist if and only if the attempt succeeded. A
+//! source that settles in the SQL store (the SQL queue) writes them in its settlement's
+//! transaction; for a broker message they are committed here, with its inbox records when the
+//! inbox lives in the queue database, before the acknowledgement ([`commit`]).
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+
+use super::deliver::InboxBinding;
+use super::{Shared, Source};
+use crate::inbox::InboxKey;
+use crate::queue::{EnqueueStatus, Enqueued, FollowUp, InboxRow, InboxWrite, NewMessage};
+use crate::runtime::{EnqueueError, Enqueuer, Staged};
+
+/// Most follow-ups one handler call may stage.
+pub const MAX_FOLLOW_UPS: usize = 250;
+
+/// Most payload bytes of the follow-ups one handler call may stage.
+pub const MAX_FOLLOW_UP_BYTES: usize = 16 << 20;
+
+/// The enqueuer one handler call sees: what goes into the SQL store is staged, what goes to a
+/// broker is enqueued at once.
+pub(crate) struct Staging {
+    inner: Arc<dyn Enqueuer>,
+    staged: Mutex<(Vec<FollowUp>, usize)>,
+}
+
+impl Staging {
+    /// Staging in front of `inner`.
+    pub(crate) fn new(inner: Arc<dyn Enqueuer>) -> Arc<Self> {
+        Arc::new(Staging {
+            inner,
+            staged: Mutex::new((Vec::new(), 0)),
+        })
+    }
+
+    /// The follow-ups staged so far, in the order the handler enqueued them.
+    pub(crate) fn take(&self) -> Vec<FollowUp> {
+        std::mem::take(&mut self.staged.lock().expect("staged follow-ups").0)
+    }
+}
+
+#[async_trait]
+impl Enqueuer for Staging {
+    /// A staged follow-up reports `added`: whether it adds, updates or is discarded is known
+    /// when it is committed.
+    async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
+        let follow_up = match self.inner.stage(queue, message)? {
+            Staged::Store(follow_up) => follow_up,
+            Staged::Now(message) => return self.inner.enqueue(queue, message).await,
+        };
+        let mut staged = self.staged.lock().expect("staged follow-ups");
+        let (count, bytes) = (
+            staged.0.len() + 1,
+            staged.1 + follow_up.message.payload.len(),
+        );
+        if count > MAX_FOLLOW_UPS || bytes > MAX_FOLLOW_UP_BYTES {
+            return Err(EnqueueError::FollowUpLimit {
+                count,
+                bytes,
+                max_count: MAX_FOLLOW_UPS,
+                max_bytes: MAX_FOLLOW_UP_BYTES,
+            });
+        }
+        staged.0.push(follow_up);
+        staged.1 = bytes;
+        Ok(Enqueued {
+            key: 0,
+            status: EnqueueStatus::Added,
+        })
+    }
+}
+
+/// What a success leaves for its settlement, once its effects that the settlement does not
+/// write are committed.
+#[derive(Default)]
+pub(crate) struct ForSettlement {
+    /// Inbox records the source writes with its settlement.
+    pub inbox: Option<InboxWrite>,
+    /// Follow-ups the source writes with its settlement.
+    pub follow_ups: Vec<FollowUp>,
+    /// Inbox keys to record once the settlement is applied: an inbox outside the queue
+    /// database, of a delivery whose follow-ups the settlement writes. Recorded after them, a
+    /// crash in between runs the handler again instead of skipping it with its follow-ups.
+    pub record_after: Vec<InboxKey>,
+    /// How many inbox keys were (or will be) recorded.
+    pub recorded: usize,
+}
+
+/// Step 3, after the guest succeeded: its `follow_ups`, and the inbox records of
+/// `record_ids` when `inbox` is given (a completion, not a pending handoff). What the source
+/// writes with its settlement is returned; the rest is committed or recorded first. Fails
+/// with why, when nothing of the attempt's effects was committed.
+pub(crate) async fn commit<S: Source>(
+    shared: &Shared<S>,
+    inbox: Option<&InboxBinding>,
+    record_ids: &[String],
+    follow_ups: Vec<FollowUp>,
+) -> Result<ForSettlement, String> {
+    let keys = inbox.map(|binding| keys(binding, record_ids));
+    let recorded = keys.as_ref().map_or(0, Vec::len);
+    let in_queue_database = |binding: &InboxBinding, keys: &[InboxKey]| {
+        binding.queue_table.clone().map(|table| InboxWrite {
+            table,
+            rows: keys.iter().map(InboxRow::from).collect(),
+            retention_ms: binding.retention.as_millis() as i64,
+        })
+    };
+    let source = &shared.source;
+    if follow_ups.is_empty() || source.settles_follow_ups() {
+        let mut left = ForSettlement {
+            recorded,
+            ..ForSettlement::default()
+        };
+        if let (Some(binding), Some(keys)) = (inbox, keys) {
+            if source.records_inbox(binding) {
+                left.inbox = in_queue_database(binding, &keys);
+            } else if follow_ups.is_empty() {
+                binding
+                    .recorder
+                    .record(keys)
+                    .await
+                    .map_err(|e| format!("inbox record failed after the handler succeeded: {e}"))?;
+            } else {
+                left.record_after = keys;
+            }
+        }
+        left.follow_ups = follow_ups;
+        return Ok(left);
+    }
+    // A broker message with follow-ups: they and an inbox of the queue database commit
+    // together, before the acknowledgement.
+    let write = inbox
+        .zip(keys.as_deref())
+        .and_then(|(b, k)| in_queue_database(b, k));
+    shared
+        .pipeline
+        .enqueuer
+        .commit(write.as_ref(), &follow_ups)
+        .await
+        .map_err(|e| format!("committing the handler's follow-ups failed: {e}"))?;
+    if let (Some(binding), Some(keys), None) = (inbox, keys, &write) {
+        // Committed already: a failing record only leaves a later redelivery undetected.
+        if let Err(e) = binding.recorder.record(keys).await {
+            tracing::warn!(queue = %shared.pipeline.name, endpoint = %binding.endpoint, "inbox record failed after the handler's follow-ups were committed; a redelivery would run it again: {e}");
+        }
+    }
+    Ok(ForSettlement {
+        recorded,
+        ..ForSettlement::default()
+    })
+}
+
+/// The inbox keys of `record_ids` on `binding`'s endpoint.
+fn keys(binding: &InboxBinding, record_ids: &[String]) -> Vec<InboxKey> {
+    let mut keys: Vec<InboxKey> = record_ids
+        .iter()
+        .filter_map(|id| InboxKey::new(&binding.endpoint, id).ok())
+        .collect();
+    keys.dedup();
+    keys
+}

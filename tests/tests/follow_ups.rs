@@ -1,0 +1,163 @@
+//! A handler's follow-ups are staged during its call and committed with its outcome: they
+//! exist if and only if the attempt that made them succeeded, exactly once. Checked on
+//! SQLite and PostgreSQL with a SQL source and a SQL target; the broker sources are in the
+//! conformance suite.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+use wharf_host::RunningHost;
+use wharf_host::enqueue::Enqueuer;
+use wharf_host::queue::Status;
+use wharf_tests::{PgSchema, TestDir, messages, msg, wait_status};
+
+const T: Duration = Duration::from_secs(30);
+
+const QUEUES: &str = r#"
+[queues.work]
+handler = "flaky"
+max_attempts = 4
+backoff = "10ms"
+max_backoff = "20ms"
+
+[queues.once]
+handler = "flaky"
+max_attempts = 1
+timeout = "300ms"
+
+[queues.replies]
+handler = "not-deployed"
+"#;
+
+/// Where the host keeps its queues.
+#[derive(Clone, Copy)]
+enum Db {
+    Sqlite,
+    Postgres,
+}
+
+async fn start(db: Db) -> (TestDir, Option<PgSchema>, RunningHost) {
+    let dir = TestDir::new();
+    dir.deploy("flaky", "flaky");
+    match db {
+        Db::Sqlite => {
+            let host = dir.start(QUEUES).await;
+            (dir, None, host)
+        }
+        Db::Postgres => {
+            let schema = PgSchema::new();
+            let host = dir.start_postgres(&schema, "50ms", QUEUES).await;
+            (dir, Some(schema), host)
+        }
+    }
+}
+
+/// The replies in `replies`, as the attempts that sent them, by the `n` they echo.
+async fn replies_by_n(host: &RunningHost) -> BTreeMap<i64, Vec<i64>> {
+    let mut by_n: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for m in messages(host, "replies").await {
+        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+        let n = v["seen"]["n"].as_i64().expect("the echoed n");
+        by_n.entry(n)
+            .or_default()
+            .push(v["attempt"].as_i64().unwrap());
+    }
+    by_n
+}
+
+async fn enqueue(host: &RunningHost, queue: &str, payload: serde_json::Value) -> i64 {
+    host.router.enqueue(queue, msg(payload)).await.unwrap().key
+}
+
+async fn only_the_attempt_that_succeeded_sends_its_follow_ups(db: Db) {
+    let (_dir, _schema, host) = start(db).await;
+    let first = json!({"reply_to": "replies", "reply_first": true});
+    let with = |extra: serde_json::Value| {
+        let mut payload = first.clone();
+        payload
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        payload
+    };
+    let retried = enqueue(&host, "work", with(json!({"n": 1, "transient_until": 3}))).await;
+    let permanent = enqueue(&host, "work", with(json!({"n": 2, "permanent": "bad"}))).await;
+    let trapped = enqueue(&host, "once", with(json!({"n": 3, "trap": true}))).await;
+    let timed_out = enqueue(&host, "once", with(json!({"n": 4, "sleep_ms": 2000}))).await;
+    let later = enqueue(&host, "work", with(json!({"n": 5, "retry_after_ms": 10}))).await;
+    let handed = enqueue(&host, "work", with(json!({"n": 6, "handoff": true}))).await;
+
+    let m = wait_status(&host, retried, Status::Processed, T).await;
+    assert_eq!(m.attempts, 3);
+    for (key, error) in [
+        (permanent, "permanent error: bad"),
+        (trapped, "handler trapped"),
+        (timed_out, "timed out"),
+    ] {
+        let m = wait_status(&host, key, Status::Failed, T).await;
+        let last = m.last_error.unwrap_or_default();
+        assert!(last.contains(error), "{last}");
+    }
+    assert_eq!(
+        wait_status(&host, later, Status::Processed, T)
+            .await
+            .attempts,
+        2
+    );
+    wait_status(&host, handed, Status::Processed, T).await;
+
+    // Every source message is settled, and follow-ups are written with the settlement:
+    // what is here now is all there will be.
+    let replies = replies_by_n(&host).await;
+    let expected = BTreeMap::from([(1, vec![3]), (5, vec![2]), (6, vec![1])]);
+    assert_eq!(
+        replies, expected,
+        "one follow-up, from the attempt that succeeded"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_attempt_that_succeeded_sends_its_follow_ups_on_sqlite() {
+    only_the_attempt_that_succeeded_sends_its_follow_ups(Db::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_attempt_that_succeeded_sends_its_follow_ups_on_postgres() {
+    only_the_attempt_that_succeeded_sends_its_follow_ups(Db::Postgres).await
+}
+
+async fn a_call_stages_at_most_the_limit(db: Db) {
+    let (_dir, _schema, host) = start(db).await;
+    let max = wharf_host::dispatch::MAX_FOLLOW_UPS as i64;
+    let at_limit = enqueue(
+        &host,
+        "once",
+        json!({"reply_to": "replies", "n": 1, "fan_out": max}),
+    )
+    .await;
+    let over = json!({"reply_to": "replies", "n": 2, "fan_out": max + 1});
+    let over = enqueue(&host, "once", over).await;
+    wait_status(&host, at_limit, Status::Processed, T).await;
+    let failed = wait_status(&host, over, Status::Failed, T).await;
+    let error = failed.last_error.unwrap_or_default();
+    assert!(
+        error.contains(&format!("at most {max} follow-up messages")),
+        "{error}"
+    );
+    let replies = replies_by_n(&host).await;
+    assert_eq!(replies.get(&1).map(Vec::len), Some(max as usize));
+    assert_eq!(replies.get(&2), None, "nothing of the call over the limit");
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stages_at_most_the_limit_on_sqlite() {
+    a_call_stages_at_most_the_limit(Db::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stages_at_most_the_limit_on_postgres() {
+    a_call_stages_at_most_the_limit(Db::Postgres).await
+}
