@@ -171,7 +171,7 @@ pub(crate) async fn process<S: Source>(
     let record_ids = work.inbox.map(|ids| ids.record).unwrap_or_default();
     let started = std::time::Instant::now();
     let start_by = start_by(received, p.config.lease, p.config.timeout);
-    let staging = Staging::new(p.enqueuer.clone());
+    let staging = Staging::new(p.enqueuer.clone(), &work.message.delivery_id);
     let result = crate::runtime::invoke_starting_by(
         &handler,
         work.message,

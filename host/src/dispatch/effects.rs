@@ -24,14 +24,22 @@ pub const MAX_FOLLOW_UP_BYTES: usize = 16 << 20;
 /// broker is enqueued at once.
 pub(crate) struct Staging {
     inner: Arc<dyn Enqueuer>,
+    /// What the MessageIds of follow-ups for brokers without an id of their own derive from:
+    /// the delivery being processed (a random one for a broker message without MessageId).
+    source: String,
     staged: Mutex<(Vec<FollowUp>, usize)>,
 }
 
 impl Staging {
-    /// Staging in front of `inner`.
-    pub(crate) fn new(inner: Arc<dyn Enqueuer>) -> Arc<Self> {
+    /// Staging in front of `inner`, for the call that processes `delivery_id`.
+    pub(crate) fn new(inner: Arc<dyn Enqueuer>, delivery_id: &str) -> Arc<Self> {
+        let source = match delivery_id {
+            "" => crate::queue::new_delivery_id(),
+            id => id.to_string(),
+        };
         Arc::new(Staging {
             inner,
+            source,
             staged: Mutex::new((Vec::new(), 0)),
         })
     }
@@ -45,9 +53,11 @@ impl Staging {
 #[async_trait]
 impl Enqueuer for Staging {
     /// A staged follow-up reports `added`: whether it adds, updates or is discarded is known
-    /// when it is committed.
+    /// when it is committed. One for a broker without an id of its own is given a MessageId
+    /// derived from the delivery being processed and its position among the call's
+    /// follow-ups, so a redelivery that commits it again publishes it under the same id.
     async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
-        let follow_up = match self.inner.stage(queue, message)? {
+        let mut follow_up = match self.inner.stage(queue, message)? {
             Staged::Store(follow_up) => follow_up,
             Staged::Now(message) => return self.inner.enqueue(queue, message).await,
         };
@@ -63,6 +73,9 @@ impl Enqueuer for Staging {
                 max_count: MAX_FOLLOW_UPS,
                 max_bytes: MAX_FOLLOW_UP_BYTES,
             });
+        }
+        if let Some(entry) = follow_up.outbox.as_mut().filter(|e| e.message_id.is_none()) {
+            entry.message_id = Some(format!("{}:{}", self.source, staged.0.len()));
         }
         staged.0.push(follow_up);
         staged.1 = bytes;

@@ -6,6 +6,7 @@
 
 mod group;
 mod import;
+mod relay;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 pub use import::{ImportError, Pointers, parse_lines};
+pub use relay::Relay;
 
 use crate::config::{Config, QueueStorage};
 use crate::external::{Envelope, Provider, Providers, PublishOptions};
@@ -21,7 +23,7 @@ use crate::headers::DEFERRED_PUBLISH as DEFERRED_PUBLISH_HEADER;
 pub use crate::runtime::{EnqueueError, Enqueuer, Staged};
 
 use crate::queue::limits;
-use crate::queue::{Enqueued, FollowUp, InboxWrite, NewMessage, QueueStore, now_ms};
+use crate::queue::{Enqueued, FollowUp, InboxWrite, NewMessage, OutboxEntry, QueueStore, now_ms};
 
 /// Most envelopes per publish call to a provider.
 const PUBLISH_BATCH: usize = 500;
@@ -162,6 +164,12 @@ impl QueueRouter {
             })
     }
 
+    /// Where the pending messages of external queue `queue` go (`None` for a SQL queue or an
+    /// unknown one).
+    pub fn external_route(&self, queue: &str) -> Option<&ExternalRoute> {
+        self.queues.get(queue)?.external.as_ref()
+    }
+
     /// The store behind the queues.
     pub fn store(&self) -> &Arc<dyn QueueStore> {
         &self.store
@@ -286,27 +294,34 @@ impl QueueRouter {
 
 #[async_trait]
 impl Enqueuer for QueueRouter {
-    /// Everything that goes into the SQL store is staged (a message for an external queue
-    /// waiting there until due too); a message for a broker is not.
+    /// Every follow-up is staged: into the SQL store, or (for an external queue's broker) into
+    /// the outbox, published after the commit.
     fn stage(&self, queue: &str, mut message: NewMessage) -> Result<Staged, EnqueueError> {
         let route = self.route(queue)?;
         if !route.sessions {
             message.session = None;
         }
         let target = Self::target(route, &message, now_ms());
-        if let Target::Provider { .. } = target {
-            return Ok(Staged::Now(message));
-        }
         self.check(queue, &message)?;
-        if let (Target::StoreThenPublish, Some(external)) = (target, &route.external) {
-            message
+        let mut outbox = None;
+        match (target, &route.external) {
+            (Target::StoreThenPublish, Some(external)) => message
                 .headers
-                .push((DEFERRED_PUBLISH_HEADER.to_string(), external.name.clone()));
+                .push((DEFERRED_PUBLISH_HEADER.to_string(), external.name.clone())),
+            (Target::Provider { due }, Some(external)) => {
+                outbox = Some(OutboxEntry {
+                    provider: external.name.clone(),
+                    message_id: message.id.clone(),
+                    due_at_ms: due,
+                })
+            }
+            _ => {}
         }
         Ok(Staged::Store(FollowUp {
             queue: queue.to_string(),
             message,
             idempotent: route.idempotent,
+            outbox,
         }))
     }
 

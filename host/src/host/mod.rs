@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{self, HealthCheck, HealthRegistry};
 use crate::config::Config;
 use crate::dispatch::Settler;
-use crate::enqueue::QueueRouter;
+use crate::enqueue::{QueueRouter, Relay};
 use crate::external::{
     self, ActivationStore, AttemptCounter, ExternalRuntime, Providers, SqlActivations, SqlAttempts,
 };
@@ -54,6 +54,23 @@ impl HealthCheck for StoreHealth {
             .await
             .map(|_| "answering".to_string())
             .map_err(|e| e.to_string())
+    }
+}
+
+/// Red while follow-ups for some external queue cannot be published from the outbox.
+struct OutboxHealth(Arc<std::sync::Mutex<std::collections::BTreeMap<String, String>>>);
+
+#[async_trait]
+impl HealthCheck for OutboxHealth {
+    async fn check(&self) -> Result<String, String> {
+        let failing = self.0.lock().expect("relay state");
+        match failing.iter().next() {
+            None => Ok("publishing".to_string()),
+            Some((queue, error)) => Err(format!(
+                "follow-ups for queue `{queue}` wait in the outbox ({} queue(s) failing): {error}",
+                failing.len()
+            )),
+        }
     }
 }
 
@@ -154,6 +171,9 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
     ) {
         background.push(listener);
     }
+    let relay = Relay::new(store.clone(), router.clone());
+    health.register("outbox", Arc::new(OutboxHealth(relay.failing())));
+    background.push(tokio::spawn(relay.run(shutdown.clone())));
     let (settler, settler_task) = Settler::start(store.clone());
     let mut wiring = QueueWiring {
         config: &config,

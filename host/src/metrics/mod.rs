@@ -187,6 +187,12 @@ pub fn inbox_checked(endpoint: &str, count: usize) {
     handles::inbox(endpoint).checks.increment(count as u64);
 }
 
+/// Follow-ups published from the outbox into external queue `queue`.
+pub fn outbox_published(queue: &str, count: usize) {
+    metrics::counter!("wharf_outbox_published_total", "queue" => queue.to_string())
+        .increment(count as u64);
+}
+
 /// Inbox entries recorded for `endpoint` after successful handler calls.
 pub fn inbox_recorded(endpoint: &str, count: usize) {
     handles::inbox(endpoint).records.increment(count as u64);
@@ -305,6 +311,7 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
         }
         history::record(queue, at_ms, totals, depth);
     }
+    outbox(sampled).await;
     let Ok((_, checks)) = tokio::time::timeout(SAMPLE_TIMEOUT, sampled.health.report()).await
     else {
         tracing::debug!("sampling the health checks timed out");
@@ -316,6 +323,27 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
         } else {
             0.0
         });
+    }
+}
+
+/// Sample the outbox's backlog per external queue into `wharf_outbox_rows` and
+/// `wharf_outbox_oldest_seconds` (zero when empty).
+async fn outbox(sampled: &Sampled) {
+    let backlog = match tokio::time::timeout(SAMPLE_TIMEOUT, sampled.store.outbox_backlog()).await {
+        Ok(Ok(backlog)) => backlog,
+        _ => {
+            tracing::debug!("sampling the outbox failed");
+            return;
+        }
+    };
+    let now = crate::queue::now_ms();
+    for (queue, _) in sampled.queues.iter().filter(|(_, e)| e.is_some()) {
+        let waiting = backlog.iter().find(|b| &b.queue == queue);
+        let (rows, age) = waiting.map_or((0, 0.0), |b| {
+            (b.rows, (now - b.oldest_ms).max(0) as f64 / 1000.0)
+        });
+        metrics::gauge!("wharf_outbox_rows", "queue" => queue.clone()).set(rows as f64);
+        metrics::gauge!("wharf_outbox_oldest_seconds", "queue" => queue.clone()).set(age);
     }
 }
 

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::enqueue::apply;
+use super::outbox::{self, OutboxEntry};
 use super::prepared::Prepared;
 use super::{NewMessage, QueueError};
 use crate::sql::Conn;
@@ -20,30 +21,46 @@ pub struct FollowUp {
     pub message: NewMessage,
     /// Whether the target queue is idempotent.
     pub idempotent: bool,
+    /// For a queue whose pending messages live in a broker: written into the outbox, and
+    /// published from there.
+    pub outbox: Option<OutboxEntry>,
+}
+
+/// What writing follow-ups did.
+#[derive(Debug, Default)]
+pub(crate) struct Written {
+    /// The queues that now have a ready message.
+    pub ready: Vec<String>,
+    /// Whether outbox rows were written.
+    pub outbox: bool,
 }
 
 /// Write `follow_ups` on `conn`, in the caller's transaction, in order per target queue (the
-/// targets in name order, so two transactions lock ids in one order). Returns the queues
-/// that now have a ready message.
+/// targets in name order, so two transactions lock ids in one order).
 pub(crate) async fn write<'f>(
     conn: &mut Conn<'_>,
     follow_ups: impl IntoIterator<Item = &'f FollowUp>,
     now: i64,
-) -> Result<Vec<String>, QueueError> {
+) -> Result<Written, QueueError> {
     let mut by_queue: BTreeMap<(&str, bool), Vec<Prepared>> = BTreeMap::new();
+    let mut written = Written::default();
     for f in follow_ups {
+        if let Some(entry) = &f.outbox {
+            outbox::insert(conn, &f.queue, entry, &f.message, now).await?;
+            written.outbox = true;
+            continue;
+        }
         by_queue
             .entry((f.queue.as_str(), f.idempotent))
             .or_default()
             .push(Prepared::new(f.message.clone(), now));
     }
-    let mut ready = Vec::new();
     for ((queue, idempotent), messages) in by_queue {
         if apply(conn, queue, &messages, idempotent, now).await?.ready
-            && !ready.iter().any(|q| q == queue)
+            && !written.ready.iter().any(|q| q == queue)
         {
-            ready.push(queue.to_string());
+            written.ready.push(queue.to_string());
         }
     }
-    Ok(ready)
+    Ok(written)
 }

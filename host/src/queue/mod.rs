@@ -13,6 +13,7 @@ mod inbox_records;
 pub mod limits;
 mod manage;
 mod notify;
+mod outbox;
 mod payload;
 mod plan;
 mod postgres;
@@ -33,6 +34,7 @@ pub use backoff::Backoff;
 pub use follow_ups::FollowUp;
 pub(crate) use inbox_records::inbox_writes;
 pub use inbox_records::{InboxRow, InboxWrite, inbox_hash, record};
+pub use outbox::{OutboxBacklog, OutboxEntry, OutboxRow};
 pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
 pub use postgres::VACUUM_AFTER_LEASES;
@@ -281,6 +283,33 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Check the store answers.
     async fn ping(&self) -> Result<(), QueueError>;
+
+    /// Raised when this process committed outbox rows (its relay publishes them at once).
+    fn outbox_written(&self) -> std::sync::Arc<tokio::sync::Notify>;
+
+    /// Claim up to `max` outbox rows for `holder` for `lease_ms`: the oldest, of target
+    /// queues no other holder has rows of, in commit order.
+    async fn claim_outbox(
+        &self,
+        holder: &str,
+        max: u32,
+        lease_ms: i64,
+    ) -> Result<Vec<OutboxRow>, QueueError>;
+
+    /// Delete outbox rows their broker took.
+    async fn outbox_published(&self, keys: &[i64]) -> Result<(), QueueError>;
+
+    /// Keep outbox rows whose publication failed with `error`, to be claimed again at
+    /// `retry_at_ms`.
+    async fn outbox_failed(
+        &self,
+        keys: &[i64],
+        error: &str,
+        retry_at_ms: i64,
+    ) -> Result<(), QueueError>;
+
+    /// The outbox rows not published yet, per target queue.
+    async fn outbox_backlog(&self) -> Result<Vec<OutboxBacklog>, QueueError>;
 
     /// Call `wake(Some(queue))` whenever a message of that queue becomes ready in any
     /// process (`wake(None)`: possibly any queue), until `shutdown`. Stores without

@@ -11,7 +11,7 @@ use super::statements::{
     APPLY_NEXT, COMPLETED_UNDER, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
 };
 use super::{
-    Disposition, InboxWrite, Lease, QueueError, SettleResult, Settlement, follow_ups,
+    Disposition, FollowUp, InboxWrite, Lease, QueueError, SettleResult, Settlement, follow_ups,
     inbox_records, inbox_writes, postgres, sqlite,
 };
 use crate::sql::{Conn, Pool, Text};
@@ -21,8 +21,8 @@ use crate::sql::{Conn, Pool, Text};
 pub(crate) struct Settled {
     /// One result per settlement, in input order.
     pub results: Vec<SettleResult>,
-    /// The queues that received a ready follow-up.
-    pub ready: Vec<String>,
+    /// What its follow-ups wrote.
+    pub follow_ups: follow_ups::Written,
 }
 
 /// How one settlement went.
@@ -98,7 +98,7 @@ pub(crate) async fn settle_batch(
         .collect();
     Ok(Settled {
         results,
-        ready: Vec::new(),
+        follow_ups: follow_ups::Written::default(),
     })
 }
 
@@ -141,12 +141,13 @@ async fn settle(
             false => settle_one(conn, s, now).await?,
         });
     }
-    let follow_ups = settlements
-        .iter()
-        .zip(&done)
-        .filter(|(_, done)| **done == Done::Now)
-        .flat_map(|(s, _)| &s.follow_ups);
-    let ready = follow_ups::write(conn, follow_ups, now).await?;
+    let mut follow_ups: Vec<&FollowUp> = Vec::new();
+    for (s, done) in settlements.iter().zip(&done) {
+        if *done == Done::Now {
+            follow_ups.extend(&s.follow_ups);
+        }
+    }
+    let written = follow_ups::write(conn, follow_ups, now).await?;
     // Sessions last, on the statuses just written: a failure or handoff parks what waits
     // behind it, a success of a blocker's retry drains its session.
     let touched = settlements.iter().filter_map(|s| {
@@ -167,7 +168,10 @@ async fn settle(
             Done::Lost => SettleResult::LeaseLost,
         })
         .collect();
-    Ok(Settled { results, ready })
+    Ok(Settled {
+        results,
+        follow_ups: written,
+    })
 }
 
 async fn settle_one(conn: &mut Conn<'_>, s: &Settlement, now: i64) -> Result<Done, QueueError> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::PgPool;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::enqueue::{Applied, apply, transactions};
@@ -15,9 +16,9 @@ use super::rows::leased_in_order;
 use super::statements::{self, ABANDONED, APPLY_NEXT, EXPIRE};
 use super::{
     BlockedSession, Enqueued, FollowUp, HistoryEntry, InboxProbe, InboxWrite, LeasedMessage,
-    MessageFilter, NewMessage, QueueError, QueueStore, Retention, Selector, SettleResult,
-    Settlement, Status, StoredMessage, WakeFn, follow_ups, manage, now_ms, postgres, sessions,
-    settle, sqlite,
+    MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError, QueueStore, Retention,
+    Selector, SettleResult, Settlement, Status, StoredMessage, WakeFn, follow_ups, manage, now_ms,
+    outbox, postgres, sessions, settle, sqlite,
 };
 use crate::sql::{Dialect, Pool};
 
@@ -40,6 +41,8 @@ pub struct SqlStore {
     pub(super) settlements: Pool,
     /// What one database needs of its own.
     pub(super) engine: Engine,
+    /// Raised when this process committed outbox rows.
+    pub(super) outbox_written: Arc<Notify>,
 }
 
 /// The parts of a store only one database has.
@@ -71,6 +74,7 @@ impl SqlStore {
             engine: Engine::Sqlite {
                 _checkpointer: connected.checkpointer,
             },
+            outbox_written: Arc::default(),
         })
     }
 
@@ -93,14 +97,19 @@ impl SqlStore {
                 notifier: Arc::default(),
                 pool,
             },
+            outbox_written: Arc::default(),
         })
     }
 
-    /// Wake the processors of `queues` in every process (PostgreSQL's `NOTIFY`; in this
-    /// process the caller wakes them).
-    async fn notify_ready(&self, queues: &[String]) {
+    /// After a commit that wrote follow-ups: wake the processors of their queues in every
+    /// process (PostgreSQL's `NOTIFY`; in this process the caller wakes them), and this
+    /// process's outbox relay.
+    async fn committed(&self, written: &follow_ups::Written) {
+        if written.outbox {
+            self.outbox_written.notify_one();
+        }
         if let Engine::Postgres { pool, notifier, .. } = &self.engine {
-            for queue in queues {
+            for queue in &written.ready {
                 notifier.ready(pool, queue).await;
             }
         }
@@ -306,7 +315,7 @@ impl QueueStore for SqlStore {
 
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError> {
         let settled = settle::settle_batch(&self.settlements, settlements, now_ms()).await?;
-        self.notify_ready(&settled.ready).await;
+        self.committed(&settled.follow_ups).await;
         Ok(settled.results)
     }
 
@@ -321,10 +330,40 @@ impl QueueStore for SqlStore {
         if let Some(write) = inbox {
             super::record(&mut conn, write).await?;
         }
-        let ready = follow_ups::write(&mut conn, follow_ups, now).await?;
+        let written = follow_ups::write(&mut conn, follow_ups, now).await?;
         tx.commit().await?;
-        self.notify_ready(&ready).await;
+        self.committed(&written).await;
         Ok(())
+    }
+
+    fn outbox_written(&self) -> Arc<Notify> {
+        self.outbox_written.clone()
+    }
+
+    async fn claim_outbox(
+        &self,
+        holder: &str,
+        max: u32,
+        lease_ms: i64,
+    ) -> Result<Vec<OutboxRow>, QueueError> {
+        outbox::claim(&self.pool, holder, max, lease_ms, now_ms()).await
+    }
+
+    async fn outbox_published(&self, keys: &[i64]) -> Result<(), QueueError> {
+        outbox::published(&self.pool, keys).await
+    }
+
+    async fn outbox_failed(
+        &self,
+        keys: &[i64],
+        error: &str,
+        retry_at_ms: i64,
+    ) -> Result<(), QueueError> {
+        outbox::failed(&self.pool, keys, error, retry_at_ms).await
+    }
+
+    async fn outbox_backlog(&self) -> Result<Vec<OutboxBacklog>, QueueError> {
+        outbox::backlog(&self.readers).await
     }
 
     async fn expire_leases(

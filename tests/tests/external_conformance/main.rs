@@ -92,6 +92,8 @@ macro_rules! conformance {
                 a_broker_down_at_start_up_does_not_stop_the_host,
                 a_handle_the_provider_did_not_make_is_an_error,
                 follow_ups_exist_only_for_the_attempt_that_succeeded,
+                follow_ups_for_a_broker_are_published_once_from_the_outbox,
+                outbox_rows_wait_for_a_broker_that_is_down,
             );
         }
     };

@@ -10,7 +10,7 @@ use wharf_tests::servicebus::{ContractServer, send_direct};
 use crate::Harness;
 
 /// The queues the cases use.
-const QUEUES: [&str; 2] = ["export_order", "stuck"];
+const QUEUES: [&str; 3] = ["export_order", "stuck", "outbound"];
 const KEY_NAME: &str = "RootManageSharedAccessKey";
 const KEY: &str = "Y29uZm9ybWFuY2Uta2V5";
 const PREFIX: &str = "nexus.";

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
+use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
 use wharf_tests::{envelope_body, messages, wait_for};
 
@@ -67,5 +68,116 @@ pub async fn follow_ups_exist_only_for_the_attempt_that_succeeded<H: Harness>() 
         BTreeMap::from([(1, vec![2]), (3, vec![1])]),
         "one follow-up per success, none from a failed attempt"
     );
+    host.shutdown().await;
+}
+
+/// The configuration of [`super::config`] plus a SQL queue `source` (the flaky guest, four
+/// attempts) whose follow-ups go to the external queue `outbound`, which nobody consumes.
+fn outbox_config<H: Harness>(h: &H) -> String {
+    super::config(h, "")
+        + r#"
+[queues.source]
+handler = "flaky"
+max_attempts = 4
+backoff = "10ms"
+max_backoff = "20ms"
+
+[queues.outbound]
+handler = "not-deployed"
+storage = "external"
+provider = "main"
+"#
+}
+
+async fn outbox_rows(host: &wharf_host::RunningHost) -> u64 {
+    let backlog = host
+        .store
+        .outbox_backlog()
+        .await
+        .expect("the outbox backlog");
+    backlog.iter().map(|b| b.rows).sum()
+}
+
+async fn outbox_health(host: &wharf_host::RunningHost) -> (bool, String) {
+    let (_, checks) = host.health.report().await;
+    let check = &checks["outbox"];
+    (check.healthy, check.detail.clone())
+}
+
+pub async fn follow_ups_for_a_broker_are_published_once_from_the_outbox<H: Harness>() {
+    let h = H::shared().await;
+    let dir = wharf_tests::TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&outbox_config(&h)).await;
+    let first = |n: i64, extra: serde_json::Value| {
+        let mut payload = json!({"reply_to": "outbound", "reply_first": true, "n": n});
+        let fields = extra.as_object().unwrap().clone();
+        payload.as_object_mut().unwrap().extend(fields);
+        wharf_tests::msg(payload)
+    };
+    let enqueue = |message| host.router.enqueue("source", message);
+    let retried = enqueue(first(1, json!({"transient_until": 3})))
+        .await
+        .unwrap();
+    let failed = enqueue(first(2, json!({"permanent": "bad"})))
+        .await
+        .unwrap();
+    let ok = enqueue(first(3, json!({}))).await.unwrap();
+    for (key, status) in [
+        (retried.key, Status::Processed),
+        (failed.key, Status::Failed),
+        (ok.key, Status::Processed),
+    ] {
+        wharf_tests::wait_status(&host, key, status, T).await;
+    }
+    // Settled: the outbox holds what the successes committed until the relay publishes it.
+    wait_for(T, "the outbox to be published", || async {
+        (outbox_rows(&host).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        h.remaining("outbound").await,
+        2,
+        "one follow-up per success, none from the failed attempts"
+    );
+    assert!(outbox_health(&host).await.0);
+    host.shutdown().await;
+}
+
+pub async fn outbox_rows_wait_for_a_broker_that_is_down<H: Harness>() {
+    let mut h = H::private().await;
+    let dir = wharf_tests::TestDir::new();
+    dir.deploy("flaky", "flaky");
+    let host = dir.start(&outbox_config(&h)).await;
+    h.stop().await;
+    let mut keys = Vec::new();
+    for n in 0..5 {
+        let message = wharf_tests::msg(json!({"reply_to": "outbound", "n": n}));
+        keys.push(host.router.enqueue("source", message).await.unwrap().key);
+    }
+    for key in keys {
+        wharf_tests::wait_status(&host, key, Status::Processed, T).await;
+    }
+    let (healthy, detail) = wait_for(T, "the outbox check to turn red", || async {
+        let health = outbox_health(&host).await;
+        (!health.0).then_some(health)
+    })
+    .await;
+    assert!(!healthy && detail.contains("`outbound`"), "{detail}");
+    assert_eq!(
+        outbox_rows(&host).await,
+        5,
+        "nothing dropped while the broker is down"
+    );
+    h.start().await;
+    wait_for(T, "the outbox to be published", || async {
+        (outbox_rows(&host).await == 0).then_some(())
+    })
+    .await;
+    wait_for(T, "the outbox check to turn green", || async {
+        outbox_health(&host).await.0.then_some(())
+    })
+    .await;
+    assert_eq!(h.remaining("outbound").await, 5, "each once");
     host.shutdown().await;
 }
