@@ -255,11 +255,8 @@ async fn a_failing_record_after_the_guest_is_transient() {
     let (dir, spy) = (TestDir::new(), Arc::new(Spy::default()));
     spy.fail_record.store(true, Ordering::SeqCst);
     let host = start(&dir, &spy).await;
-    let m = host
-        .router
-        .enqueue("work", msg(json!({"reply_to": "replies"})))
-        .await
-        .unwrap();
+    // No follow-ups: the record comes before the settlement, so its failure fails the attempt.
+    let m = host.router.enqueue("work", msg(json!({}))).await.unwrap();
     wait_for(T, "a failed record", || async {
         host.store.get(m.key).await.unwrap().filter(|m| {
             m.last_error
@@ -275,6 +272,34 @@ async fn a_failing_record_after_the_guest_is_transient() {
         "the attempt whose record failed was retried"
     );
     assert_eq!(spy.records.load(Ordering::SeqCst) as u32, done.attempts);
+    host.shutdown().await;
+}
+
+/// With follow-ups, an inbox outside the queue database is recorded after the settlement
+/// that commits them: a failing record cannot run the handler again (its follow-ups would be
+/// sent twice); the message stays processed, its follow-up sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_follow_ups_the_record_follows_the_settlement() {
+    let (dir, spy) = (TestDir::new(), Arc::new(Spy::default()));
+    spy.fail_record.store(true, Ordering::SeqCst);
+    let host = start(&dir, &spy).await;
+    let m = host
+        .router
+        .enqueue("work", msg(json!({"reply_to": "replies"})))
+        .await
+        .unwrap();
+    wait_for(T, "the record after the settlement", || async {
+        (spy.records.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+    let done = wait_status(&host, m.key, Status::Processed, T).await;
+    assert_eq!(done.attempts, 1);
+    assert_eq!(messages(&host, "replies").await.len(), 1);
+    let log = spy.log.lock().unwrap().clone();
+    assert!(
+        log.iter().any(|line| line.ends_with("(replies: 1)")),
+        "recorded once the follow-up was committed: {log:?}"
+    );
     host.shutdown().await;
 }
 
