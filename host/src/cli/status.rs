@@ -1,6 +1,6 @@
 //! `wharf status`: one screen from the running host — readiness with each health check
-//! (providers included), every queue with its counts by status and recent rates, and the
-//! deployed handlers. `--json` prints the same as one object.
+//! (providers included), every queue with its counts by status and recent rates, follow-ups
+//! waiting in the outbox, and the deployed handlers. `--json` prints the same as one object.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -89,6 +89,23 @@ pub async fn run(cli: &Cli) -> anyhow::Result<ExitCode> {
     if status.queues.iter().any(|q| q.storage == "external") {
         println!(
             "* external queue: processed by this host since it started (the broker keeps no record of successes)"
+        );
+    }
+    let now = crate::queue::now_ms();
+    for (queue, waiting) in status
+        .queues
+        .iter()
+        .filter_map(|q| Some((&q.name, q.outbox.as_ref()?)))
+    {
+        let age = (now - waiting.oldest_ms).max(0) / 1000;
+        let error = waiting
+            .last_error
+            .as_deref()
+            .map(|e| format!("; last error: {e}"))
+            .unwrap_or_default();
+        println!(
+            "outbox: {} follow-up(s) for `{queue}` not yet published, oldest {age} s{error}",
+            waiting.rows
         );
     }
     println!();

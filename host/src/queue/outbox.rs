@@ -47,7 +47,7 @@ pub struct OutboxRow {
 }
 
 /// The outbox of one target queue, for operators.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutboxBacklog {
     /// The target queue.
     pub queue: String,

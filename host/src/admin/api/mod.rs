@@ -88,10 +88,15 @@ pub struct QueueInfo {
     /// does not keep.
     #[serde(default)]
     pub since_start: crate::metrics::Totals,
+    /// For an external queue with handlers' follow-ups committed but not yet published into
+    /// its broker: how many, since when, and the last publication error.
+    #[serde(default)]
+    pub outbox: Option<crate::queue::OutboxBacklog>,
 }
 
 async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
     let mut out = Vec::new();
+    let mut outbox = state.store.outbox_backlog().await?;
     for (name, queue) in &state.config.queues {
         let snapshot = match crate::metrics::counts::latest(name) {
             Some(snapshot) => snapshot,
@@ -119,6 +124,10 @@ async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
             counted_at_ms: snapshot.at_ms,
             rates: crate::metrics::rates(name),
             since_start: crate::metrics::totals(name),
+            outbox: outbox
+                .iter()
+                .position(|b| &b.queue == name)
+                .map(|at| outbox.swap_remove(at)),
         });
     }
     Ok(Json(out))

@@ -98,6 +98,18 @@ async fn outbox_rows(host: &wharf_host::RunningHost) -> u64 {
     backlog.iter().map(|b| b.rows).sum()
 }
 
+/// `GET /api/v1/queues` of `host`.
+async fn api_queues(host: &wharf_host::RunningHost) -> serde_json::Value {
+    let url = format!("http://{}/api/v1/queues", host.admin_addr);
+    tokio::task::spawn_blocking(move || {
+        let mut answer = ureq::get(&url).call().expect("GET /api/v1/queues");
+        let text = answer.body_mut().read_to_string().expect("a body");
+        serde_json::from_str(&text).expect("JSON")
+    })
+    .await
+    .unwrap()
+}
+
 async fn outbox_health(host: &wharf_host::RunningHost) -> (bool, String) {
     let (_, checks) = host.health.report().await;
     let check = &checks["outbox"];
@@ -185,5 +197,13 @@ pub async fn outbox_rows_wait_for_a_broker_that_is_down<H: Harness>() {
     })
     .await;
     assert_eq!(h.remaining("outbound").await, 5, "each once");
+    let queues = api_queues(&host).await;
+    let outbound = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "outbound")
+        .expect("the queue in /api/v1/queues");
+    assert!(outbound["outbox"].is_null(), "{outbound}");
     host.shutdown().await;
 }
