@@ -94,6 +94,7 @@ macro_rules! conformance {
                 follow_ups_exist_only_for_the_attempt_that_succeeded,
                 follow_ups_for_a_broker_are_published_once_from_the_outbox,
                 outbox_rows_wait_for_a_broker_that_is_down,
+                two_hosts_relaying_one_outbox_publish_each_row_once,
             );
         }
     };

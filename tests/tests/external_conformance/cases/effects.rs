@@ -207,3 +207,46 @@ pub async fn outbox_rows_wait_for_a_broker_that_is_down<H: Harness>() {
     assert!(outbound["outbox"].is_null(), "{outbound}");
     host.shutdown().await;
 }
+
+pub async fn two_hosts_relaying_one_outbox_publish_each_row_once<H: Harness>() {
+    let h = H::shared().await;
+    let schema = wharf_tests::PgSchema::new();
+    let config = outbox_config(&h);
+    let mut hosts = Vec::new();
+    let mut dirs = Vec::new();
+    for _ in 0..2 {
+        let dir = wharf_tests::TestDir::new();
+        dir.deploy("flaky", "flaky");
+        hosts.push(dir.start_postgres(&schema, "50ms", &config).await);
+        dirs.push(dir);
+    }
+    // Both hosts process `source` and commit follow-ups; both relays sweep the outbox.
+    let total = 200;
+    let messages: Vec<_> = (0..total)
+        .map(|n| wharf_tests::msg(json!({"reply_to": "outbound", "n": n})))
+        .collect();
+    let keys = hosts[0]
+        .router
+        .enqueue_many("source", messages)
+        .await
+        .unwrap();
+    for key in keys.iter().map(|k| k.key) {
+        wharf_tests::wait_status(&hosts[1], key, Status::Processed, T).await;
+    }
+    wait_for(T, "the outbox to be published", || async {
+        (outbox_rows(&hosts[0]).await == 0).then_some(())
+    })
+    .await;
+    wait_for(T, "every follow-up in the broker", || async {
+        (h.remaining("outbound").await >= total as u64).then_some(())
+    })
+    .await;
+    assert_eq!(
+        h.remaining("outbound").await,
+        total as u64,
+        "no row published twice"
+    );
+    for host in hosts {
+        host.shutdown().await;
+    }
+}
