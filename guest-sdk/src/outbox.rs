@@ -1,4 +1,5 @@
-//! Enqueueing follow-up messages through the host.
+//! Enqueueing follow-up messages through the host: staged, and sent only if the handler call
+//! succeeds, unless [`EnqueueOptions::send_now`] is set.
 
 use crate::bindings::wharf::handler::{host, types};
 
@@ -18,6 +19,10 @@ pub struct EnqueueOptions {
     /// Session key: in a target queue with `sessions = true`, messages with the same key run
     /// one at a time, in enqueue order. Sent as the reserved header `wharf.session`.
     pub session: Option<String>,
+    /// Send at once, even if this handler call then fails (a progress event): outside the
+    /// guarantee that follow-ups exist only for a successful attempt. Sent as the reserved
+    /// header `wharf.send-now`, which the host removes.
+    pub send_now: bool,
 }
 
 /// Enqueue `payload` (serialized to JSON) into `queue`.
@@ -45,6 +50,9 @@ pub fn enqueue_json(
     if let Some(session) = options.session {
         headers.retain(|(name, _)| name != "wharf.session");
         headers.push(("wharf.session".to_string(), session));
+    }
+    if options.send_now {
+        headers.push(("wharf.send-now".to_string(), "true".to_string()));
     }
     let options = types::EnqueueOptions {
         id: options.id,

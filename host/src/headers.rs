@@ -6,6 +6,12 @@
 /// contract stays at 0.1.0, so guests built against it keep working).
 pub const SESSION: &str = "wharf.session";
 
+/// The reserved header a guest sets (any value) on a follow-up that must go out at once,
+/// even if the handler then fails (a progress event): written or published when `enqueue` is
+/// called, outside the guarantee that follow-ups exist only for a successful attempt. The host
+/// removes it before storing the message.
+pub const SEND_NOW: &str = "wharf.send-now";
+
 /// The header a message moved in from an external provider carries (the provider name).
 pub const MOVED_FROM: &str = "wharf.provider";
 

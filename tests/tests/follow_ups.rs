@@ -161,3 +161,33 @@ async fn a_call_stages_at_most_the_limit_on_sqlite() {
 async fn a_call_stages_at_most_the_limit_on_postgres() {
     a_call_stages_at_most_the_limit(Db::Postgres).await
 }
+
+/// The explicit opt-out: a follow-up sent with `wharf.send-now` goes out at once, so it
+/// exists even though the handler then failed, and the host removes the header.
+async fn a_send_now_follow_up_goes_out_whatever_the_outcome(db: Db) {
+    let (_dir, _schema, host) = start(db).await;
+    let payload = json!({"reply_to": "replies", "reply_first": true, "send_now": true, "n": 1, "permanent": "bad"});
+    let failed = enqueue(&host, "work", payload).await;
+    wait_status(&host, failed, Status::Failed, T).await;
+    let replies = messages(&host, "replies").await;
+    assert_eq!(replies.len(), 1, "sent before the handler failed");
+    assert!(
+        replies[0]
+            .headers
+            .iter()
+            .all(|(name, _)| name != "wharf.send-now"),
+        "{:?}",
+        replies[0].headers
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_now_follow_up_goes_out_whatever_the_outcome_on_sqlite() {
+    a_send_now_follow_up_goes_out_whatever_the_outcome(Db::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_now_follow_up_goes_out_whatever_the_outcome_on_postgres() {
+    a_send_now_follow_up_goes_out_whatever_the_outcome(Db::Postgres).await
+}

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 
 use super::deliver::InboxBinding;
 use super::{Shared, Source};
+use crate::headers::SEND_NOW;
 use crate::inbox::InboxKey;
 use crate::queue::{EnqueueStatus, Enqueued, FollowUp, InboxRow, InboxWrite, NewMessage};
 use crate::runtime::{EnqueueError, Enqueuer, Staged};
@@ -53,10 +54,21 @@ impl Staging {
 #[async_trait]
 impl Enqueuer for Staging {
     /// A staged follow-up reports `added`: whether it adds, updates or is discarded is known
-    /// when it is committed. One for a broker without an id of its own is given a MessageId
+    /// when it is committed. A message with the header [`SEND_NOW`] is not staged: it is
+    /// enqueued at once, whatever the handler's outcome. One for a broker without an id of its own is given a MessageId
     /// derived from the delivery being processed and its position among the call's
     /// follow-ups, so a redelivery that commits it again publishes it under the same id.
-    async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError> {
+    async fn enqueue(
+        &self,
+        queue: &str,
+        mut message: NewMessage,
+    ) -> Result<Enqueued, EnqueueError> {
+        let before = message.headers.len();
+        message.headers.retain(|(name, _)| name != SEND_NOW);
+        if message.headers.len() != before {
+            // Asked to go out now, outside the guarantee (a progress event).
+            return self.inner.enqueue(queue, message).await;
+        }
         let mut follow_up = match self.inner.stage(queue, message)? {
             Staged::Store(follow_up) => follow_up,
             Staged::Now(message) => return self.inner.enqueue(queue, message).await,
