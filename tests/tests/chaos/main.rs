@@ -135,13 +135,15 @@ async fn runs(setup: &Setup) -> BTreeMap<i64, u64> {
     out
 }
 
-/// Run one case and report its row; panics when a message is lost or health stays red.
-async fn case(backend: Backend, fault: Fault) {
+/// Run one case and report its row; panics when a message is lost or health stays red, or
+/// when a follow-up exists twice where it must exist once (a SQL queue; a broker with the SQL
+/// inbox, `inbox`).
+async fn case(backend: Backend, fault: Fault, inbox: bool) {
     wharf_tests::init_logging();
     let total = messages();
     let dir = TestDir::new();
     dir.deploy("work", "flaky");
-    let mut setup = Setup::new(backend, &dir).await;
+    let mut setup = Setup::new(backend, &dir, inbox).await;
     let mut host = spawn_wharf(dir.dir.path());
     wait_ready(
         &setup,
@@ -215,7 +217,9 @@ async fn case(backend: Backend, fault: Fault) {
 
     let lost = (0..total as i64).filter(|n| !done.contains_key(n)).count();
     let duplicates: u64 = done.values().map(|runs| runs - 1).sum();
-    report(backend, fault, total, lost, duplicates, recovered, went_red);
+    report(
+        backend, fault, inbox, total, lost, duplicates, recovered, went_red,
+    );
     assert_eq!(lost, 0, "messages lost");
     if matches!(backend, Backend::Sqlite | Backend::Postgres) {
         // A reply is the handler's follow-up, written with its message's settlement: a run
@@ -225,12 +229,22 @@ async fn case(backend: Backend, fault: Fault) {
             "follow-ups from a SQL queue exist exactly once"
         );
     }
+    if inbox {
+        // From a broker, the follow-ups commit with the inbox record before the
+        // acknowledgement: a redelivery of a committed success is skipped.
+        assert_eq!(
+            duplicates, 0,
+            "follow-ups with the SQL inbox exist exactly once"
+        );
+    }
 }
 
 /// Print the row, and append it to `WHARF_CHAOS_OUT` when set.
+#[allow(clippy::too_many_arguments)]
 fn report(
     backend: Backend,
     fault: Fault,
+    inbox: bool,
     total: u64,
     lost: usize,
     duplicates: u64,
@@ -238,7 +252,7 @@ fn report(
     went_red: bool,
 ) {
     let row = serde_json::json!({
-        "backend": backend.name(),
+        "backend": if inbox { format!("{}, SQL inbox", backend.name()) } else { backend.name().to_string() },
         "fault": fault.name(),
         "messages": total,
         "lost": lost,
@@ -263,14 +277,16 @@ fn report(
 }
 
 macro_rules! matrix {
-    ($($name:ident: $backend:expr, $fault:expr;)*) => {
+    ($($name:ident: $backend:expr, $fault:expr $(, $inbox:ident)?;)*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                case($backend, $fault).await;
+                case($backend, $fault, matrix!(@inbox $($inbox)?)).await;
             }
         )*
     };
+    (@inbox) => { false };
+    (@inbox inbox) => { true };
 }
 
 matrix! {
@@ -306,4 +322,10 @@ matrix! {
     servicebus_connections_killed: Backend::ServiceBus, Fault::CloseConnections;
     servicebus_network_cut: Backend::ServiceBus, Fault::CutNetwork;
     servicebus_broker_down: Backend::ServiceBus, Fault::BrokerDown;
+    redis_kill_inbox: Backend::Redis, Fault::Kill, inbox;
+    rabbitmq_kill_inbox: Backend::RabbitMq, Fault::Kill, inbox;
+    rabbitmq_broker_restarted_inbox: Backend::RabbitMq, Fault::RestartStore, inbox;
+    kafka_kill_inbox: Backend::Kafka, Fault::Kill, inbox;
+    kafka_broker_down_inbox: Backend::Kafka, Fault::BrokerDown, inbox;
+    servicebus_kill_inbox: Backend::ServiceBus, Fault::Kill, inbox;
 }

@@ -50,6 +50,8 @@ pub struct Setup {
     proxy: Option<TcpProxy>,
     broker: Option<Broker>,
     postgres: Option<PgNode>,
+    /// Whether `work` has the consumer inbox (SQL store) and its messages ids.
+    inbox: bool,
 }
 
 /// The queue under test: short leases so a crashed host's messages return quickly, retries
@@ -60,8 +62,9 @@ const WORK: &str = "[queues.work]\nhandler = \"work\"\nconcurrency = 8\nlease = 
 const REPLIES: &str = "[queues.replies]\nhandler = \"none\"\n";
 
 impl Setup {
-    /// Write the case's `wharf.toml` for `backend` into `dir`.
-    pub async fn new(backend: Backend, dir: &TestDir) -> Setup {
+    /// Write the case's `wharf.toml` for `backend` into `dir`; with `inbox`, `work` has the
+    /// consumer inbox in the SQL store and every message an id.
+    pub async fn new(backend: Backend, dir: &TestDir, inbox: bool) -> Setup {
         let admin = format!("127.0.0.1:{}", free_port());
         let mut storage = "url = \"sqlite://wharf.db\"".to_string();
         let (mut proxy, mut postgres, mut broker, mut external) = (None, None, None, String::new());
@@ -83,8 +86,13 @@ impl Setup {
                 (broker, proxy) = (Some(b), through);
             }
         }
+        let with_inbox = if inbox {
+            "inbox = { store = \"sql\" }\n"
+        } else {
+            ""
+        };
         let text = format!(
-            "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{WORK}{external}\n{REPLIES}"
+            "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{WORK}{with_inbox}{external}\n{REPLIES}"
         );
         std::fs::write(dir.path("wharf.toml"), text).unwrap();
         let store = match &postgres {
@@ -99,6 +107,7 @@ impl Setup {
             proxy,
             broker,
             postgres,
+            inbox,
         }
     }
 
@@ -131,10 +140,17 @@ impl Setup {
     /// Enqueue messages `0..total` into `work` with the CLI.
     pub fn enqueue(&self, dir: &TestDir, total: u64) {
         let lines: String = (0..total)
-            .map(|n| format!("{{\"n\":{n},\"reply_to\":\"replies\",\"sleep_ms\":10}}\n"))
+            .map(|n| {
+                format!("{{\"n\":{n},\"id\":\"m-{n}\",\"reply_to\":\"replies\",\"sleep_ms\":10}}\n")
+            })
             .collect();
         std::fs::write(dir.path("work.jsonl"), lines).unwrap();
-        let (ok, _, stderr) = dir.wharf(&["enqueue", "work", "--file", "work.jsonl"]);
+        let mut args = vec!["enqueue", "work", "--file", "work.jsonl"];
+        if self.inbox {
+            // The inbox deduplicates by MessageId.
+            args.extend(["--id-from", "/id"]);
+        }
+        let (ok, _, stderr) = dir.wharf(&args);
         assert!(ok, "enqueueing the load failed: {stderr}");
     }
 
