@@ -269,6 +269,12 @@ async function overview() {
         q.storage === "external" && q.since_start
           ? h("span", { class: "badge ok", "data-count": "processed-since-start", title: "processed by this host since it started" },
             `processed since start ${q.since_start.processed}`)
+          : null,
+        // Handlers' follow-ups committed but not yet published into the broker.
+        q.outbox
+          ? h("span", { class: `badge ${q.outbox.last_error ? "bad" : ""}`, "data-count": "outbox",
+            title: q.outbox.last_error || "follow-ups waiting for the outbox relay" },
+            `outbox ${q.outbox.rows}`)
           : null)),
       h("td", { class: "num", "data-rate": "processed" }, rate(q.rates.processed_per_s)),
       h("td", { class: "num", "data-rate": "failed" }, rate(q.rates.failed_per_s)));
