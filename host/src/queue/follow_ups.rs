@@ -44,16 +44,20 @@ pub(crate) async fn write<'f>(
 ) -> Result<Written, QueueError> {
     let mut by_queue: BTreeMap<(&str, bool), Vec<Prepared>> = BTreeMap::new();
     let mut written = Written::default();
+    let mut for_outbox = Vec::new();
     for f in follow_ups {
-        if let Some(entry) = &f.outbox {
-            outbox::insert(conn, &f.queue, entry, &f.message, now).await?;
-            written.outbox = true;
+        if f.outbox.is_some() {
+            for_outbox.push(f);
             continue;
         }
         by_queue
             .entry((f.queue.as_str(), f.idempotent))
             .or_default()
             .push(Prepared::new(f.message.clone(), now));
+    }
+    if !for_outbox.is_empty() {
+        outbox::insert(conn, &for_outbox, now).await?;
+        written.outbox = true;
     }
     for ((queue, idempotent), messages) in by_queue {
         if apply(conn, queue, &messages, idempotent, now).await?.ready

@@ -6,7 +6,7 @@
 
 use crate::sql::{Conn, Pool, Sql};
 
-use super::QueueError;
+use super::{FollowUp, QueueError};
 
 /// Where a follow-up for an external queue goes: the outbox row's details besides its
 /// message.
@@ -59,10 +59,12 @@ pub struct OutboxBacklog {
     pub last_error: Option<String>,
 }
 
-const INSERT: Sql = Sql::both(
-    "INSERT INTO wharf_outbox (queue, provider, message_id, payload, priority, session, due_at_ms, created_at_ms) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-);
+/// The columns of an outbox row as written, one `$N` per column.
+const INSERT_COLUMNS: &str =
+    "INSERT INTO wharf_outbox (queue, provider, message_id, payload, priority, session, due_at_ms, created_at_ms) VALUES ";
+
+/// Rows per insert statement (eight parameters each, within both dialects' limits).
+const INSERT_ROWS: usize = 500;
 
 /// Rows free to claim, oldest first, of queues no relay holds rows of.
 const CLAIM: Sql = Sql::both(
@@ -94,29 +96,51 @@ const BACKLOG: Sql = Sql::both(
      FROM wharf_outbox o GROUP BY o.queue ORDER BY o.queue",
 );
 
-/// Write one outbox row on `conn`, in the caller's transaction.
+/// Write the outbox rows of `follow_ups` (those with an [`OutboxEntry`]) on `conn`, in the
+/// caller's transaction, in order: one multi-row insert per [`INSERT_ROWS`].
 pub(crate) async fn insert(
     conn: &mut Conn<'_>,
-    queue: &str,
-    entry: &OutboxEntry,
-    message: &super::NewMessage,
+    follow_ups: &[&FollowUp],
     now: i64,
 ) -> Result<(), QueueError> {
-    let message_id = entry
-        .message_id
-        .clone()
-        .unwrap_or_else(super::new_delivery_id);
-    conn.query(&INSERT)
-        .bind(queue)
-        .bind(entry.provider.as_str())
-        .bind(message_id)
-        .bind(message.payload.as_str())
-        .bind(message.priority)
-        .bind(message.session.as_deref())
-        .bind(entry.due_at_ms)
-        .bind(now)
-        .execute()
-        .await?;
+    for chunk in follow_ups.chunks(INSERT_ROWS) {
+        let mut text = String::from(INSERT_COLUMNS);
+        for n in 0..chunk.len() {
+            let p = n * 8;
+            if n > 0 {
+                text.push_str(", ");
+            }
+            text.push_str(&format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5,
+                p + 6,
+                p + 7,
+                p + 8
+            ));
+        }
+        let mut query = conn.query(text);
+        for f in chunk {
+            let entry = f.outbox.as_ref().expect("an outbox follow-up");
+            let message_id = entry
+                .message_id
+                .clone()
+                .unwrap_or_else(super::new_delivery_id);
+            query = query
+                .bind(f.queue.as_str())
+                .bind(entry.provider.as_str())
+                .bind(message_id)
+                .bind(f.message.payload.as_str())
+                .bind(f.message.priority)
+                .bind(f.message.session.as_deref())
+                .bind(entry.due_at_ms)
+                .bind(now);
+        }
+        query.execute().await?;
+    }
     Ok(())
 }
 
