@@ -60,8 +60,7 @@ pub struct OutboxBacklog {
 }
 
 /// The columns of an outbox row as written, one `$N` per column.
-const INSERT_COLUMNS: &str =
-    "INSERT INTO wharf_outbox (queue, provider, message_id, payload, priority, session, due_at_ms, created_at_ms) VALUES ";
+const INSERT_COLUMNS: &str = "INSERT INTO wharf_outbox (queue, provider, message_id, payload, priority, session, due_at_ms, created_at_ms) VALUES ";
 
 /// Rows per insert statement (eight parameters each, within both dialects' limits).
 const INSERT_ROWS: usize = 500;
