@@ -443,6 +443,19 @@ pub async fn scrape(host: &RunningHost) -> std::collections::BTreeMap<String, f6
         .collect()
 }
 
+/// The replies in `replies`, as the attempts that sent them (the echo's `attempt`), by the
+/// `n` they echo.
+pub async fn replies_by_n(host: &RunningHost) -> std::collections::BTreeMap<i64, Vec<i64>> {
+    let mut by_n: std::collections::BTreeMap<i64, Vec<i64>> = Default::default();
+    for m in messages(host, "replies").await {
+        let v: serde_json::Value = serde_json::from_str(&m.payload).expect("a JSON reply");
+        let n = v["seen"]["n"].as_i64().expect("the echoed n");
+        let attempt = v["attempt"].as_i64().expect("the echoed attempt");
+        by_n.entry(n).or_default().push(attempt);
+    }
+    by_n
+}
+
 /// The `n` values the `flaky` guest echoed to the `replies` queue, sorted.
 pub async fn replies(host: &RunningHost) -> Vec<i64> {
     let mut out: Vec<i64> = messages(host, "replies")

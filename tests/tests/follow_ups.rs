@@ -10,7 +10,7 @@ use serde_json::json;
 use wharf_host::RunningHost;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{PgSchema, TestDir, messages, msg, wait_status};
+use wharf_tests::{PgSchema, TestDir, messages, msg, replies_by_n, wait_status};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -51,19 +51,6 @@ async fn start(db: Db) -> (TestDir, Option<PgSchema>, RunningHost) {
             (dir, Some(schema), host)
         }
     }
-}
-
-/// The replies in `replies`, as the attempts that sent them, by the `n` they echo.
-async fn replies_by_n(host: &RunningHost) -> BTreeMap<i64, Vec<i64>> {
-    let mut by_n: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    for m in messages(host, "replies").await {
-        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
-        let n = v["seen"]["n"].as_i64().expect("the echoed n");
-        by_n.entry(n)
-            .or_default()
-            .push(v["attempt"].as_i64().unwrap());
-    }
-    by_n
 }
 
 async fn enqueue(host: &RunningHost, queue: &str, payload: serde_json::Value) -> i64 {

@@ -1,8 +1,9 @@
 //! The outbox relay: publishes the follow-ups for external queues that committed as outbox
 //! rows ([`crate::queue::OutboxRow`]) into their brokers, then deletes them. The host that
-//! committed them is woken at once; every host also sweeps the outbox every second, so rows
-//! a crash or an outage left behind are published by whichever host runs next. Rows are
-//! claimed with a lease, a queue's rows by one relay at a time and in commit order; a broker
+//! committed them is woken at once; every host with an external queue also sweeps the outbox
+//! every second, so rows a crash or an outage left behind are published by whichever host
+//! runs next. Rows are claimed with a lease, a queue's rows by one relay at a time and in
+//! commit order; a broker
 //! that fails keeps them waiting (with backoff), never drops them. At least once: a relay
 //! that dies after the broker took a row but before deleting it publishes it again, under
 //! the same MessageId.

@@ -171,9 +171,13 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
     ) {
         background.push(listener);
     }
-    let relay = Relay::new(store.clone(), router.clone());
-    health.register("outbox", Arc::new(OutboxHealth(relay.failing())));
-    background.push(tokio::spawn(relay.run(shutdown.clone())));
+    // Only external queues have follow-ups in the outbox, and only a host that has the queue
+    // can publish them.
+    if !external::external_queues(&config).is_empty() {
+        let relay = Relay::new(store.clone(), router.clone());
+        health.register("outbox", Arc::new(OutboxHealth(relay.failing())));
+        background.push(tokio::spawn(relay.run(shutdown.clone())));
+    }
     let (settler, settler_task) = Settler::start(store.clone());
     let mut wiring = QueueWiring {
         config: &config,

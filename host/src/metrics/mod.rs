@@ -329,6 +329,13 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
 /// Sample the outbox's backlog per external queue into `wharf_outbox_rows` and
 /// `wharf_outbox_oldest_seconds` (zero when empty).
 async fn outbox(sampled: &Sampled) {
+    if sampled
+        .queues
+        .iter()
+        .all(|(_, external)| external.is_none())
+    {
+        return;
+    }
     let backlog = match tokio::time::timeout(SAMPLE_TIMEOUT, sampled.store.outbox_backlog()).await {
         Ok(Ok(backlog)) => backlog,
         _ => {

@@ -96,7 +96,16 @@ pub struct QueueInfo {
 
 async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
     let mut out = Vec::new();
-    let mut outbox = state.store.outbox_backlog().await?;
+    // Only external queues have an outbox: no query for a host without one.
+    let any_external = state
+        .config
+        .queues
+        .values()
+        .any(|q| q.storage == crate::config::QueueStorage::External);
+    let mut outbox = match any_external {
+        true => state.store.outbox_backlog().await?,
+        false => Vec::new(),
+    };
     for (name, queue) in &state.config.queues {
         let snapshot = match crate::metrics::counts::latest(name) {
             Some(snapshot) => snapshot,

@@ -7,22 +7,10 @@ use std::collections::BTreeMap;
 use serde_json::json;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{envelope_body, messages, wait_for};
+use wharf_tests::{envelope_body, messages, replies_by_n, wait_for};
 
 use super::{T, start, wait_empty};
 use crate::Harness;
-
-/// The replies of `host`, as the attempts that sent them, by the `n` they echo.
-async fn replies_by_n(host: &wharf_host::RunningHost) -> BTreeMap<i64, Vec<i64>> {
-    let mut by_n: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    for m in messages(host, "replies").await {
-        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
-        let n = v["seen"]["n"].as_i64().expect("the echoed n");
-        let attempt = v["attempt"].as_i64().expect("the echoed attempt");
-        by_n.entry(n).or_default().push(attempt);
-    }
-    by_n
-}
 
 pub async fn follow_ups_exist_only_for_the_attempt_that_succeeded<H: Harness>() {
     let h = H::shared().await;
