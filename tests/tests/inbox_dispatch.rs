@@ -408,6 +408,11 @@ async fn an_operator_resubmission_records_the_source_delivery_too() {
         done.source_delivery_id.as_deref(),
         Some(failed.delivery_id.as_str())
     );
+    // With a follow-up, an inbox outside the queue database is recorded after the settlement.
+    wait_for(T, "the records after the settlement", || async {
+        (spy.records.load(Ordering::SeqCst) >= 2).then_some(())
+    })
+    .await;
     assert_eq!(
         spy.records.load(Ordering::SeqCst),
         2,
