@@ -26,6 +26,11 @@ handler = "flaky"
 max_attempts = 1
 timeout = "300ms"
 
+[queues.ordered]
+handler = "flaky"
+sessions = true
+concurrency = 8
+
 [queues.replies]
 handler = "not-deployed"
 "#;
@@ -177,4 +182,53 @@ async fn a_send_now_follow_up_goes_out_whatever_the_outcome_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_now_follow_up_goes_out_whatever_the_outcome_on_postgres() {
     a_send_now_follow_up_goes_out_whatever_the_outcome(Db::Postgres).await
+}
+
+/// The follow-ups of one session's messages are committed in the session's order: one
+/// message of a session settles at a time, each with its follow-ups.
+async fn a_sessions_follow_ups_keep_its_order(db: Db) {
+    let (_dir, _schema, host) = start(db).await;
+    let sessions = ["a", "b", "c"];
+    let mut keys = Vec::new();
+    for n in 0..30_i64 {
+        let session = sessions[n as usize % 3];
+        // Earlier messages take longer: without sessions they would finish out of order.
+        let payload =
+            json!({"reply_to": "replies", "n": n, "s": session, "sleep_ms": (30 - n) % 7 * 3});
+        let mut message = msg(payload);
+        message.session = Some(session.to_string());
+        keys.push(host.router.enqueue("ordered", message).await.unwrap().key);
+    }
+    for key in keys {
+        wait_status(&host, key, Status::Processed, T).await;
+    }
+    let mut replies = messages(&host, "replies").await;
+    replies.sort_by_key(|m| m.key);
+    let mut by_session: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for m in replies {
+        let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
+        let session = v["seen"]["s"].as_str().unwrap().to_string();
+        by_session
+            .entry(session)
+            .or_default()
+            .push(v["seen"]["n"].as_i64().unwrap());
+    }
+    for (i, session) in sessions.iter().enumerate() {
+        let expected: Vec<i64> = (0..30).filter(|n| n % 3 == i as i64).collect();
+        assert_eq!(
+            by_session[*session], expected,
+            "session `{session}` in order"
+        );
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_follow_ups_keep_its_order_on_sqlite() {
+    a_sessions_follow_ups_keep_its_order(Db::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_follow_ups_keep_its_order_on_postgres() {
+    a_sessions_follow_ups_keep_its_order(Db::Postgres).await
 }

@@ -171,7 +171,12 @@ pub(crate) async fn process<S: Source>(
     let record_ids = work.inbox.map(|ids| ids.record).unwrap_or_default();
     let started = std::time::Instant::now();
     let start_by = start_by(received, p.config.lease, p.config.timeout);
-    let staging = Staging::new(p.enqueuer.clone(), &work.message.delivery_id);
+    let mark = shared.source.commit_mark(&work.handle);
+    let delivery = match (work.message.delivery_id.as_str(), &mark) {
+        ("", Some(mark)) => mark.as_str(),
+        (id, _) => id,
+    };
+    let staging = Staging::new(p.enqueuer.clone(), delivery);
     let result = crate::runtime::invoke_starting_by(
         &handler,
         work.message,
@@ -197,7 +202,7 @@ pub(crate) async fn process<S: Source>(
     let mut effects = ForSettlement::default();
     if outcome.is_some() {
         let record_into = inbox.filter(|_| outcome == Some("completed"));
-        match effects::commit(&shared, record_into, &record_ids, staging.take()).await {
+        match effects::commit(&shared, record_into, &record_ids, mark, staging.take()).await {
             Ok(left) => effects = left,
             Err(e) => disposition = failed(e),
         }

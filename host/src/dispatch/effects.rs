@@ -12,7 +12,9 @@ use super::deliver::InboxBinding;
 use super::{Shared, Source};
 use crate::headers::SEND_NOW;
 use crate::inbox::InboxKey;
-use crate::queue::{EnqueueStatus, Enqueued, FollowUp, InboxRow, InboxWrite, NewMessage};
+use crate::queue::{
+    CommitMark, EnqueueStatus, Enqueued, FollowUp, InboxRow, InboxWrite, NewMessage,
+};
 use crate::runtime::{EnqueueError, Enqueuer, Staged};
 
 /// Most follow-ups one handler call may stage.
@@ -122,6 +124,7 @@ pub(crate) async fn commit<S: Source>(
     shared: &Shared<S>,
     inbox: Option<&InboxBinding>,
     record_ids: &[String],
+    mark: Option<String>,
     follow_ups: Vec<FollowUp>,
 ) -> Result<ForSettlement, String> {
     let keys = inbox.map(|binding| keys(binding, record_ids));
@@ -156,16 +159,25 @@ pub(crate) async fn commit<S: Source>(
         return Ok(left);
     }
     // A broker message with follow-ups: they and an inbox of the queue database commit
-    // together, before the acknowledgement.
+    // together, before the acknowledgement. Without an inbox record there, a commit mark
+    // keeps a redelivery of a committed success from committing again.
     let write = inbox
         .zip(keys.as_deref())
-        .and_then(|(b, k)| in_queue_database(b, k));
-    shared
+        .and_then(|(b, k)| in_queue_database(b, k))
+        .filter(|write| !write.rows.is_empty());
+    let mark = mark.filter(|_| write.is_none()).map(|delivery| CommitMark {
+        queue: shared.pipeline.name.to_string(),
+        delivery,
+    });
+    let committed = shared
         .pipeline
         .enqueuer
-        .commit(write.as_ref(), &follow_ups)
+        .commit(write.as_ref(), mark.as_ref(), &follow_ups)
         .await
         .map_err(|e| format!("committing the handler's follow-ups failed: {e}"))?;
+    if !committed {
+        tracing::info!(queue = %shared.pipeline.name, "the follow-ups of this delivery were committed by an earlier delivery of the message; not again");
+    }
     if let (Some(binding), Some(keys), None) = (inbox, keys, &write) {
         // Committed already: a failing record only leaves a later redelivery undetected.
         if let Err(e) = binding.recorder.record(keys).await {

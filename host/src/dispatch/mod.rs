@@ -137,6 +137,15 @@ pub trait Source: Send + Sync + 'static {
         false
     }
 
+    /// An identity of `handle`'s delivery that is the same on every redelivery and tells it
+    /// from every other message (its MessageId; never a hash of the body), for a source
+    /// whose follow-ups the pipeline commits: with it, a
+    /// redelivery of a committed success commits nothing again ([`crate::queue::CommitMark`]).
+    fn commit_mark(&self, handle: &Self::Handle) -> Option<String> {
+        let _ = handle;
+        None
+    }
+
     /// Apply a verdict; returns whether it was applied. Logs what went wrong itself.
     async fn settle(&self, handle: Self::Handle, verdict: Verdict) -> bool;
 

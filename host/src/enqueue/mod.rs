@@ -23,7 +23,9 @@ use crate::headers::DEFERRED_PUBLISH as DEFERRED_PUBLISH_HEADER;
 pub use crate::runtime::{EnqueueError, Enqueuer, Staged};
 
 use crate::queue::limits;
-use crate::queue::{Enqueued, FollowUp, InboxWrite, NewMessage, OutboxEntry, QueueStore, now_ms};
+use crate::queue::{
+    CommitMark, Enqueued, FollowUp, InboxWrite, NewMessage, OutboxEntry, QueueStore, now_ms,
+};
 
 /// Most envelopes per publish call to a provider.
 const PUBLISH_BATCH: usize = 500;
@@ -328,13 +330,20 @@ impl Enqueuer for QueueRouter {
     async fn commit(
         &self,
         inbox: Option<&InboxWrite>,
+        mark: Option<&CommitMark>,
         follow_ups: &[FollowUp],
-    ) -> Result<(), EnqueueError> {
-        self.store.commit_follow_ups(inbox, follow_ups).await?;
+    ) -> Result<bool, EnqueueError> {
+        if !self
+            .store
+            .commit_follow_ups(inbox, mark, follow_ups)
+            .await?
+        {
+            return Ok(false);
+        }
         for follow_up in follow_ups {
             Enqueuer::ready(self, &follow_up.queue);
         }
-        Ok(())
+        Ok(true)
     }
 
     fn ready(&self, queue: &str) {

@@ -7,6 +7,7 @@
 //! earliest processing date first; then first enqueued first.
 
 mod backoff;
+mod commit_marks;
 pub(crate) mod enqueue;
 mod follow_ups;
 mod inbox_records;
@@ -31,6 +32,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
+pub use commit_marks::{CommitMark, MARK_RETENTION_MS};
 pub use follow_ups::FollowUp;
 pub(crate) use inbox_records::inbox_writes;
 pub use inbox_records::{InboxRow, InboxWrite, inbox_hash, record};
@@ -233,12 +235,14 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Commit the effects of a successful delivery that is settled elsewhere (a broker
     /// message, acknowledged after this returns): its inbox records (`inbox`, a table of this
-    /// database) and its follow-ups, in one transaction.
+    /// database) and its follow-ups, in one transaction. With `mark`, nothing is written when
+    /// the same delivery's follow-ups were committed before: returns false then.
     async fn commit_follow_ups(
         &self,
         inbox: Option<&InboxWrite>,
+        mark: Option<&CommitMark>,
         follow_ups: &[FollowUp],
-    ) -> Result<(), QueueError>;
+    ) -> Result<bool, QueueError>;
 
     /// Handle messages whose lease expired: with `retry_abandoned`, back to pending (failed
     /// when they used their last attempt), otherwise failed. A newer version waiting for

@@ -15,10 +15,10 @@ use super::prepared::Prepared;
 use super::rows::leased_in_order;
 use super::statements::{self, ABANDONED, APPLY_NEXT, EXPIRE};
 use super::{
-    BlockedSession, Enqueued, FollowUp, HistoryEntry, InboxProbe, InboxWrite, LeasedMessage,
-    MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError, QueueStore, Retention,
-    Selector, SettleResult, Settlement, Status, StoredMessage, WakeFn, follow_ups, manage, now_ms,
-    outbox, postgres, sessions, settle, sqlite,
+    BlockedSession, CommitMark, Enqueued, FollowUp, HistoryEntry, InboxProbe, InboxWrite,
+    LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError, QueueStore,
+    Retention, Selector, SettleResult, Settlement, Status, StoredMessage, WakeFn, commit_marks,
+    follow_ups, manage, now_ms, outbox, postgres, sessions, settle, sqlite,
 };
 use crate::sql::{Dialect, Pool};
 
@@ -322,18 +322,25 @@ impl QueueStore for SqlStore {
     async fn commit_follow_ups(
         &self,
         inbox: Option<&InboxWrite>,
+        mark: Option<&CommitMark>,
         follow_ups: &[FollowUp],
-    ) -> Result<(), QueueError> {
+    ) -> Result<bool, QueueError> {
         let now = now_ms();
         let mut tx = self.settlements.begin().await?;
         let mut conn = tx.conn();
+        if let Some(mark) = mark
+            && !commit_marks::mark(&mut conn, mark, now).await?
+        {
+            // Committed by an earlier delivery of the same message: nothing again.
+            return Ok(false);
+        }
         if let Some(write) = inbox {
             super::record(&mut conn, write).await?;
         }
         let written = follow_ups::write(&mut conn, follow_ups, now).await?;
         tx.commit().await?;
         self.committed(&written).await;
-        Ok(())
+        Ok(true)
     }
 
     fn outbox_written(&self) -> Arc<Notify> {

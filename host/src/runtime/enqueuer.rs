@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 
 use crate::queue::limits::LimitError;
-use crate::queue::{Enqueued, FollowUp, InboxWrite, NewMessage, QueueError};
+use crate::queue::{CommitMark, Enqueued, FollowUp, InboxWrite, NewMessage, QueueError};
 
 /// Why a message was not enqueued.
 #[derive(Debug, thiserror::Error)]
@@ -85,13 +85,15 @@ pub trait Enqueuer: Send + Sync + 'static {
     }
 
     /// Commit the effects of a success that its source settles outside the SQL store (a
-    /// broker message): `inbox` records and `follow_ups`, in one transaction.
+    /// broker message): `inbox` records and `follow_ups`, in one transaction. With `mark`, a
+    /// delivery whose follow-ups were committed before commits nothing (returns false).
     async fn commit(
         &self,
         inbox: Option<&InboxWrite>,
+        mark: Option<&CommitMark>,
         follow_ups: &[FollowUp],
-    ) -> Result<(), EnqueueError> {
-        let _ = (inbox, follow_ups);
+    ) -> Result<bool, EnqueueError> {
+        let _ = (inbox, mark, follow_ups);
         Err(EnqueueError::Store(QueueError::Conflict(
             "this enqueuer keeps no follow-ups".into(),
         )))

@@ -1,9 +1,12 @@
 //! The fault matrix: for each backend and fault, N messages through a counting guest (the
 //! `flaky` fixture echoing each message's `n` into the SQL queue `replies` — a follow-up,
-//! committed with the outcome of the run that sent it), while a `wharf run` process is
-//! crashed, stopped, or cut off from its store. Each case reports lost messages (must be 0),
-//! duplicate follow-ups (must be 0 from a SQL queue), the time processing took to resume once
-//! the fault ended, and whether `/readyz` went red during the fault and green again.
+//! committed with the outcome of the run that sent it — or, in the `into_broker` rows, into
+//! `replies` on a broker through the outbox, echoed once more from there into the SQL queue
+//! `echoes`), while a `wharf run` process is crashed, stopped, or cut off from its store.
+//! Each case reports lost messages (must be 0), duplicate follow-ups (must be 0 from a SQL
+//! queue, and from a broker with the SQL inbox or with MessageIds), the time processing took
+//! to resume once the fault ended, and whether `/readyz` went red during the fault and green
+//! again.
 //!
 //! `cargo xtask test` runs the short form (few messages, 3 s cuts); `cargo xtask chaos` runs
 //! the long form (`WHARF_CHAOS_MESSAGES`, `WHARF_CHAOS_CUT_SECS`) and writes every row to
@@ -14,7 +17,7 @@ mod backend;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use backend::{Backend, Setup};
+use backend::{Backend, Setup, Shape};
 use wharf_tests::{TestDir, WharfProcess, poll_until, spawn_wharf, wait_for};
 
 /// What is done to the host or its connection to the store.
@@ -136,14 +139,14 @@ async fn runs(setup: &Setup) -> BTreeMap<i64, u64> {
 }
 
 /// Run one case and report its row; panics when a message is lost or health stays red, or
-/// when a follow-up exists twice where it must exist once (a SQL queue; a broker with the SQL
-/// inbox, `inbox`).
-async fn case(backend: Backend, fault: Fault, inbox: bool) {
+/// when a follow-up exists twice where it must exist once (from a SQL queue; from a broker
+/// with the SQL inbox or with MessageIds).
+async fn case(backend: Backend, fault: Fault, shape: Shape) {
     wharf_tests::init_logging();
     let total = messages();
     let dir = TestDir::new();
     dir.deploy("work", "flaky");
-    let mut setup = Setup::new(backend, &dir, inbox).await;
+    let mut setup = Setup::new(backend, &dir, shape).await;
     let mut host = spawn_wharf(dir.dir.path());
     wait_ready(
         &setup,
@@ -218,7 +221,7 @@ async fn case(backend: Backend, fault: Fault, inbox: bool) {
     let lost = (0..total as i64).filter(|n| !done.contains_key(n)).count();
     let duplicates: u64 = done.values().map(|runs| runs - 1).sum();
     report(
-        backend, fault, inbox, total, lost, duplicates, recovered, went_red,
+        backend, fault, shape, total, lost, duplicates, recovered, went_red,
     );
     assert_eq!(lost, 0, "messages lost");
     if matches!(backend, Backend::Sqlite | Backend::Postgres) {
@@ -229,12 +232,20 @@ async fn case(backend: Backend, fault: Fault, inbox: bool) {
             "follow-ups from a SQL queue exist exactly once"
         );
     }
-    if inbox {
+    if shape.inbox {
         // From a broker, the follow-ups commit with the inbox record before the
         // acknowledgement: a redelivery of a committed success is skipped.
         assert_eq!(
             duplicates, 0,
             "follow-ups with the SQL inbox exist exactly once"
+        );
+    }
+    if shape.ids {
+        // Without the inbox, the commit mark of a delivery's MessageId: a redelivery of a
+        // committed success runs again and commits nothing.
+        assert_eq!(
+            duplicates, 0,
+            "follow-ups of messages with MessageIds exist exactly once"
         );
     }
 }
@@ -244,7 +255,7 @@ async fn case(backend: Backend, fault: Fault, inbox: bool) {
 fn report(
     backend: Backend,
     fault: Fault,
-    inbox: bool,
+    shape: Shape,
     total: u64,
     lost: usize,
     duplicates: u64,
@@ -252,7 +263,7 @@ fn report(
     went_red: bool,
 ) {
     let row = serde_json::json!({
-        "backend": if inbox { format!("{}, SQL inbox", backend.name()) } else { backend.name().to_string() },
+        "backend": row_name(backend, shape),
         "fault": fault.name(),
         "messages": total,
         "lost": lost,
@@ -276,17 +287,35 @@ fn report(
     }
 }
 
+/// The backend column of a row: the backend and what of [`Shape`] the case has.
+fn row_name(backend: Backend, shape: Shape) -> String {
+    let mut name = backend.name().to_string();
+    if shape.inbox {
+        name.push_str(", SQL inbox");
+    } else if shape.ids {
+        name.push_str(", MessageIds");
+    }
+    if shape.into_broker {
+        name.push_str(match backend {
+            Backend::Sqlite | Backend::Postgres => " → Redis",
+            _ => " → same broker",
+        });
+    }
+    name
+}
+
 macro_rules! matrix {
-    ($($name:ident: $backend:expr, $fault:expr $(, $inbox:ident)?;)*) => {
+    ($($name:ident: $backend:expr, $fault:expr $(, $option:ident)*;)*) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
-                case($backend, $fault, matrix!(@inbox $($inbox)?)).await;
+                #[allow(unused_mut)]
+                let mut shape = Shape::default();
+                $(shape.$option = true;)*
+                case($backend, $fault, shape).await;
             }
         )*
     };
-    (@inbox) => { false };
-    (@inbox inbox) => { true };
 }
 
 matrix! {
@@ -328,4 +357,13 @@ matrix! {
     kafka_kill_inbox: Backend::Kafka, Fault::Kill, inbox;
     kafka_broker_down_inbox: Backend::Kafka, Fault::BrokerDown, inbox;
     servicebus_kill_inbox: Backend::ServiceBus, Fault::Kill, inbox;
+    rabbitmq_kill_ids: Backend::RabbitMq, Fault::Kill, ids;
+    kafka_kill_ids: Backend::Kafka, Fault::Kill, ids;
+    sqlite_kill_into_broker: Backend::Sqlite, Fault::Kill, into_broker;
+    postgres_kill_into_broker: Backend::Postgres, Fault::Kill, into_broker;
+    redis_kill_inbox_into_broker: Backend::Redis, Fault::Kill, inbox, into_broker;
+    rabbitmq_kill_inbox_into_broker: Backend::RabbitMq, Fault::Kill, inbox, into_broker;
+    kafka_kill_inbox_into_broker: Backend::Kafka, Fault::Kill, inbox, into_broker;
+    servicebus_kill_inbox_into_broker: Backend::ServiceBus, Fault::Kill, inbox, into_broker;
+    redis_kill_into_broker: Backend::Redis, Fault::Kill, into_broker;
 }

@@ -190,6 +190,13 @@ impl Source for ExternalSource {
         self.kind
     }
 
+    /// The envelope's MessageId (the identity the inbox knows a message by; a broker's own
+    /// delivery identity, such as a Kafka offset, would be reused by a re-created topic).
+    fn commit_mark(&self, handle: &Arc<Item>) -> Option<String> {
+        let id = handle.envelope.as_ref()?.message_id.as_ref()?;
+        (!id.is_empty()).then(|| id.clone())
+    }
+
     async fn receive(
         &self,
         max: u32,

@@ -272,7 +272,11 @@ impl Provider for KafkaProvider {
             self.producer.send(record, Timeout::Never)
         });
         for sent in futures_util::future::join_all(sends).await {
-            sent.map_err(|(e, _)| error(e))?;
+            if let Err((e, _)) = sent {
+                // The topic may be gone (a broker that lost its data): checked again next time.
+                self.prepared.lock().expect("prepared").remove(queue);
+                return Err(error(e));
+            }
         }
         Ok(vec![EnqueueStatus::Added; envelopes.len()])
     }

@@ -25,6 +25,8 @@ const SB_KEY_NAME: &str = "RootManageSharedAccessKey";
 const SB_KEY: &str = "Y2hhb3Mta2V5";
 /// The Service Bus topic of `work` (default prefix).
 const SB_TOPIC: &str = "nexus.work";
+/// The Service Bus topic of `replies`, for cases whose follow-ups go into the broker.
+const SB_REPLIES_TOPIC: &str = "nexus.replies";
 
 /// A broker under test.
 pub enum Broker {
@@ -127,6 +129,7 @@ impl Broker {
                 let server = ContractServer::start(SB_KEY_NAME, SB_KEY).await;
                 server.set_lock_duration(Duration::from_secs(4));
                 server.create_topic(SB_TOPIC, &["processing", "readiness"]);
+                server.create_topic(SB_REPLIES_TOPIC, &["processing", "readiness"]);
                 let proxy = TcpProxy::start(server.port()).await;
                 let provider = format!(
                     "type = \"servicebus\"\nconnection_string = \"Endpoint=sb://chaos.servicebus.windows.net/;SharedAccessKeyName={SB_KEY_NAME};SharedAccessKey={SB_KEY}\"\nendpoint_override = \"http://127.0.0.1:{}\"\n",

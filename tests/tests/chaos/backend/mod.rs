@@ -50,8 +50,30 @@ pub struct Setup {
     proxy: Option<TcpProxy>,
     broker: Option<Broker>,
     postgres: Option<PgNode>,
-    /// Whether `work` has the consumer inbox (SQL store) and its messages ids.
-    inbox: bool,
+    /// How the case's messages and follow-ups go.
+    shape: Shape,
+}
+
+/// How a case's messages and follow-ups go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shape {
+    /// `work` has the consumer inbox in the SQL store (and its messages ids).
+    pub inbox: bool,
+    /// `work`'s messages have MessageIds (always with the inbox).
+    pub ids: bool,
+    /// The follow-ups go into `replies` on a broker (the backend's own; a Redis on the shared
+    /// server for a SQL backend) through the outbox; a handler there, with the SQL inbox,
+    /// echoes each into the SQL queue `echoes`, where the case counts them: two hops, each
+    /// exactly once when the relay's repeats keep their MessageId.
+    pub into_broker: bool,
+}
+
+impl Shape {
+    /// Whether every follow-up must exist exactly once: from a SQL queue (settled under its
+    /// lease), or from a broker with the SQL inbox or MessageIds (commit marks).
+    pub fn with_ids(self) -> bool {
+        self.inbox || self.ids
+    }
 }
 
 /// The queue under test: short leases so a crashed host's messages return quickly, retries
@@ -61,10 +83,16 @@ const WORK: &str = "[queues.work]\nhandler = \"work\"\nconcurrency = 8\nlease = 
 
 const REPLIES: &str = "[queues.replies]\nhandler = \"none\"\n";
 
+/// `replies` on the broker of `provider`, echoing into `echoes`.
+fn replies_on(provider: &str) -> String {
+    format!(
+        "[queues.replies]\nhandler = \"work\"\nstorage = \"external\"\nprovider = \"{provider}\"\nconcurrency = 8\nlease = \"3s\"\ntimeout = \"2s\"\nbackoff = \"100ms\"\nmax_attempts = 1000\ninbox = {{ store = \"sql\" }}\n\n[queues.echoes]\nhandler = \"none\"\n"
+    )
+}
+
 impl Setup {
-    /// Write the case's `wharf.toml` for `backend` into `dir`; with `inbox`, `work` has the
-    /// consumer inbox in the SQL store and every message an id.
-    pub async fn new(backend: Backend, dir: &TestDir, inbox: bool) -> Setup {
+    /// Write the case's `wharf.toml` for `backend` and `shape` into `dir`.
+    pub async fn new(backend: Backend, dir: &TestDir, shape: Shape) -> Setup {
         let admin = format!("127.0.0.1:{}", free_port());
         let mut storage = "url = \"sqlite://wharf.db\"".to_string();
         let (mut proxy, mut postgres, mut broker, mut external) = (None, None, None, String::new());
@@ -86,13 +114,22 @@ impl Setup {
                 (broker, proxy) = (Some(b), through);
             }
         }
-        let with_inbox = if inbox {
+        let with_inbox = if shape.inbox {
             "inbox = { store = \"sql\" }\n"
         } else {
             ""
         };
+        let replies = match (shape.into_broker, &broker) {
+            (false, _) => REPLIES.to_string(),
+            (true, Some(_)) => replies_on("main"),
+            (true, None) => format!(
+                "{}\n[providers.target]\ntype = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nkey_prefix = \"{}\"\n",
+                replies_on("target"),
+                wharf_tests::unique_prefix("chaos-target")
+            ),
+        };
         let text = format!(
-            "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{WORK}{with_inbox}{external}\n{REPLIES}"
+            "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{WORK}{with_inbox}{external}\n{replies}"
         );
         std::fs::write(dir.path("wharf.toml"), text).unwrap();
         let store = match &postgres {
@@ -107,7 +144,7 @@ impl Setup {
             proxy,
             broker,
             postgres,
-            inbox,
+            shape,
         }
     }
 
@@ -141,28 +178,38 @@ impl Setup {
     pub fn enqueue(&self, dir: &TestDir, total: u64) {
         let lines: String = (0..total)
             .map(|n| {
-                format!("{{\"n\":{n},\"id\":\"m-{n}\",\"reply_to\":\"replies\",\"sleep_ms\":10}}\n")
+                let next = if self.shape.into_broker {
+                    ",\"next_reply_to\":\"echoes\""
+                } else {
+                    ""
+                };
+                format!("{{\"n\":{n},\"id\":\"m-{n}\",\"reply_to\":\"replies\"{next},\"sleep_ms\":10}}\n")
             })
             .collect();
         std::fs::write(dir.path("work.jsonl"), lines).unwrap();
         let mut args = vec!["enqueue", "work", "--file", "work.jsonl"];
-        if self.inbox {
-            // The inbox deduplicates by MessageId.
+        if self.shape.with_ids() {
+            // The inbox and the commit marks know a message by its MessageId.
             args.extend(["--id-from", "/id"]);
         }
         let (ok, _, stderr) = dir.wharf(&args);
         assert!(ok, "enqueueing the load failed: {stderr}");
     }
 
-    /// Every `n` a run echoed so far (one entry per run).
+    /// Every `n` a run echoed so far (one entry per run; through the broker, per echo of an
+    /// echo).
     pub async fn replies(&self) -> Vec<i64> {
+        let (queue, path) = match self.shape.into_broker {
+            false => ("replies", "/seen/n"),
+            true => ("echoes", "/seen/seen/n"),
+        };
         let mut out = Vec::new();
         let mut before = None;
         loop {
             let page = self
                 .store
                 .list(&MessageFilter {
-                    queue: Some("replies".into()),
+                    queue: Some(queue.into()),
                     limit: 1000,
                     before_key: before,
                     ..Default::default()
@@ -175,7 +222,9 @@ impl Setup {
             before = Some(last.key);
             out.extend(page.iter().map(|m| {
                 let v: serde_json::Value = serde_json::from_str(&m.payload).unwrap();
-                v["seen"]["n"].as_i64().expect("the echoed n")
+                v.pointer(path)
+                    .and_then(|n| n.as_i64())
+                    .expect("the echoed n")
             }));
         }
     }
