@@ -13,11 +13,13 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 
 use crate::config::Config;
 use crate::queue::{
-    EnqueueStatus, Enqueued, MessageFilter, NewMessage, QueueError, QueueStore, Status,
-    StoredMessage,
+    EnqueueStatus, Enqueued, MessageFilter, NewMessage, QueueError, QueueStore, StateChange,
+    Status, StoredMessage,
+};
+use crate::runtime::{
+    CallEffects, HandlerError, HandlerRegistry, InvokeError, Message, Outcome, StateCall, invoke,
 };
 use crate::runtime::{EnqueueError, Enqueuer};
-use crate::runtime::{HandlerError, HandlerRegistry, InvokeError, Message, Outcome, invoke};
 
 /// Why a replay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +90,22 @@ pub struct ReplayResult {
     pub enqueues: Vec<CapturedEnqueue>,
     /// Its log lines (`host.log`, stdout, stderr).
     pub logs: Vec<String>,
+    /// The committed key-value state it read.
+    pub state_reads: Vec<StateValue>,
+    /// The key-value changes it would commit (none is).
+    pub state_changes: Vec<StateValue>,
+}
+
+/// A key-value read or change a candidate made, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct StateValue {
+    /// The bucket.
+    pub bucket: String,
+    /// The key.
+    pub key: String,
+    /// The value read or set (UTF-8, invalid bytes replaced), `+N` for an increment,
+    /// `None` for an absent key or a delete.
+    pub value: Option<String>,
 }
 
 /// Captures enqueues instead of executing them.
@@ -142,6 +160,8 @@ pub struct Replayer {
     candidate: Vec<u8>,
     registry: HandlerRegistry,
     dir: tempfile::TempDir,
+    /// Where the candidate reads key-value state (never writes).
+    state: Option<Arc<dyn QueueStore>>,
 }
 
 impl Replayer {
@@ -160,7 +180,15 @@ impl Replayer {
             candidate,
             registry,
             dir,
+            state: None,
         })
+    }
+
+    /// Let the candidate read key-value state from `store` (its changes are reported, never
+    /// committed).
+    pub fn reading_state(mut self, store: Arc<dyn QueueStore>) -> Self {
+        self.state = Some(store);
+        self
     }
 
     /// The candidate deployed as handler `name` (compiled once, shared by every name).
@@ -207,7 +235,14 @@ impl Replayer {
             enqueued_at_ms: message.enqueued_at_ms.max(0) as u64,
             headers: message.headers.clone(),
         };
-        let result = invoke(&handler, guest_message, queue.timeout, capture.clone())
+        let state = self.state.clone().map(|store| {
+            StateCall::recording(store, handler.name.clone(), handler.grants.keyvalue.clone())
+        });
+        let effects = CallEffects {
+            enqueuer: capture.clone(),
+            state: state.clone(),
+        };
+        let result = invoke(&handler, guest_message, queue.timeout, effects)
             .with_subscriber(subscriber)
             .await;
         // The handler's environment is granted to the candidate too (a faithful run), but its
@@ -234,6 +269,31 @@ impl Replayer {
             .into_iter()
             .map(&hide)
             .collect();
+        let text = |bytes: Option<Vec<u8>>| bytes.map(|b| hide(String::from_utf8_lossy(&b).into()));
+        let state_reads = state.as_ref().map_or_else(Vec::new, |s| {
+            s.reads()
+                .into_iter()
+                .map(|r| StateValue {
+                    bucket: r.bucket,
+                    key: r.key,
+                    value: text(r.value),
+                })
+                .collect()
+        });
+        let state_changes = state.as_ref().map_or_else(Vec::new, |s| {
+            s.take()
+                .into_iter()
+                .map(|w| StateValue {
+                    bucket: w.bucket,
+                    key: w.key,
+                    value: match w.change {
+                        StateChange::Set(value) => text(Some(value)),
+                        StateChange::Delete => None,
+                        StateChange::Add(delta) => Some(format!("+{delta}")),
+                    },
+                })
+                .collect()
+        });
         Ok(ReplayResult {
             key: message.key,
             queue: message.queue.clone(),
@@ -243,6 +303,8 @@ impl Replayer {
             succeeded,
             enqueues,
             logs,
+            state_reads,
+            state_changes,
         })
     }
 }
@@ -277,7 +339,7 @@ pub struct ReplayReport {
 /// Replay the `selection` of `store`'s messages against `candidate` under `config`.
 pub async fn replay_selection(
     config: Config,
-    store: &dyn QueueStore,
+    store: &Arc<dyn QueueStore>,
     candidate: Vec<u8>,
     selection: &Selection,
 ) -> Result<ReplayReport, ReplayError> {
@@ -301,7 +363,7 @@ pub async fn replay_selection(
                 .await?
         }
     };
-    let replayer = Replayer::new(config, candidate)?;
+    let replayer = Replayer::new(config, candidate)?.reading_state(store.clone());
     let mut results = Vec::with_capacity(messages.len());
     for message in &messages {
         results.push(replayer.replay(message).await?);

@@ -67,7 +67,7 @@ async fn hold_the_instance(
             &handler,
             message(&payload),
             Duration::from_secs(30),
-            Arc::new(Accept),
+            Arc::new(Accept) as Arc<dyn wharf_host::enqueue::Enqueuer>,
         )
         .await
     });
@@ -98,7 +98,7 @@ async fn a_call_that_finds_the_pool_full_waits_for_an_instance() {
         &handler,
         message("{}"),
         Duration::from_secs(30),
-        Arc::new(Accept),
+        Arc::new(Accept) as Arc<dyn wharf_host::enqueue::Enqueuer>,
     )
     .await;
     assert!(
@@ -126,7 +126,7 @@ async fn a_call_that_cannot_start_in_time_never_ran_and_says_so() {
         message("{}"),
         Duration::from_secs(30),
         started + Duration::from_millis(200),
-        Arc::new(Accept),
+        Arc::new(Accept) as Arc<dyn wharf_host::enqueue::Enqueuer>,
     )
     .await;
     match refused {

@@ -270,3 +270,55 @@ async fn the_api_replays_an_uploaded_candidate_without_side_effects() {
     );
     host.shutdown().await;
 }
+
+/// A candidate with key-value state reads the committed state; the report shows what it read
+/// and the changes it would make, and none of them is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_shows_state_reads_and_changes_without_committing_them() {
+    let dir = TestDir::new();
+    dir.deploy("export", "kv_state");
+    let host = dir
+        .start("[handlers.export]\nkeyvalue = [\"counters\"]\n\n[queues.orders]\nhandler = \"export\"\nmax_attempts = 1\n")
+        .await;
+    let seed = msg(json!({"incr": ["total"], "set": {"rmw": "4"}}));
+    let seed = host.router.enqueue("orders", seed).await.unwrap().key;
+    wait_status(&host, seed, Status::Processed, T).await;
+    let failing = msg(json!({"incr": ["total"], "read_set": "rmw", "fail": "permanent"}));
+    let failing = host.router.enqueue("orders", failing).await.unwrap().key;
+    wait_status(&host, failing, Status::Failed, T).await;
+    host.shutdown().await;
+
+    let candidate = guest("kv_state");
+    let key = failing.to_string();
+    let (ok, stdout, stderr) = replay(
+        &dir,
+        &[&key, "--with", candidate.to_str().unwrap(), "--json"],
+    );
+    assert!(ok, "{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let result = &report["results"][0];
+    let reads = result["state_reads"].as_array().unwrap();
+    assert!(
+        reads.iter().any(|r| r["key"] == "rmw" && r["value"] == "4"),
+        "{result}"
+    );
+    let changes = result["state_changes"].as_array().unwrap();
+    assert!(
+        changes
+            .iter()
+            .any(|c| c["key"] == "total" && c["value"] == "+1")
+            && changes
+                .iter()
+                .any(|c| c["key"] == "rmw" && c["value"] == "5"),
+        "{result}"
+    );
+    let store = dir.sqlite_store().await;
+    let total = store
+        .state_read("counters", "total")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(total.0, b"1", "nothing of the replay committed");
+    let rmw = store.state_read("counters", "rmw").await.unwrap().unwrap();
+    assert_eq!(rmw.0, b"4");
+}

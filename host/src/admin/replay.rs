@@ -92,7 +92,7 @@ pub(super) async fn replay(
         let _turn = turn;
         runtime.block_on(replay_selection(
             config,
-            store.as_ref(),
+            &store,
             Vec::from(candidate),
             &selection,
         ))

@@ -11,6 +11,7 @@ mod replay;
 mod run;
 mod scaffold;
 mod sessions;
+mod state;
 mod status;
 
 use std::path::PathBuf;
@@ -84,6 +85,9 @@ pub enum Command {
     Status,
     /// Run stored messages against a candidate component, without side effects.
     Replay(replay::ReplayArgs),
+    /// Handlers' key-value state (`wasi:keyvalue` buckets): get, list or delete keys.
+    #[command(subcommand)]
+    State(state::StateCommand),
     /// Work with the configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -206,5 +210,6 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Handlers(cmd) => handlers::run(&cli, cmd).await,
         Command::Status => status::run(&cli).await,
         Command::Replay(args) => replay::run(&cli, args).await,
+        Command::State(cmd) => state::run(&cli, cmd).await,
     }
 }

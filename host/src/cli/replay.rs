@@ -56,7 +56,7 @@ pub async fn run(cli: &Cli, args: &ReplayArgs) -> anyhow::Result<ExitCode> {
         }
         (None, None) => bail!("give a message KEY or --queue"),
     };
-    let report = replay_selection(config, store.as_ref(), candidate, &selection).await?;
+    let report = replay_selection(config, &store, candidate, &selection).await?;
     let (results, summary) = (&report.results, &report.summary);
     if cli.json {
         print_json(&report)?;
@@ -76,6 +76,16 @@ fn print_one(r: &ReplayResult) {
     println!("  candidate: {}", r.candidate);
     for e in &r.enqueues {
         println!("  would enqueue into `{}`: {}", e.queue, e.payload);
+    }
+    for read in &r.state_reads {
+        let value = read.value.as_deref().unwrap_or("(absent)");
+        println!("  read {}/{}: {value}", read.bucket, read.key);
+    }
+    for change in &r.state_changes {
+        match change.value.as_deref() {
+            Some(value) => println!("  would set {}/{}: {value}", change.bucket, change.key),
+            None => println!("  would delete {}/{}", change.bucket, change.key),
+        }
     }
     for line in &r.logs {
         println!("  log {line}");

@@ -157,6 +157,9 @@ pub struct HandlerConfig {
     /// Origins (`https://api.example.com`, `http://127.0.0.1:8080`, `https://*.example.com`)
     /// the handler may send HTTP requests to through `wasi:http`; empty: no outbound HTTP.
     pub allowed_outbound_hosts: Vec<OutboundHost>,
+    /// Key-value buckets (`wasi:keyvalue`) the handler may open; empty: none. Its state lives
+    /// in the SQL store, its changes committed with the outcome of the message.
+    pub keyvalue: Vec<String>,
 }
 
 /// A host directory mounted into a handler's sandbox.

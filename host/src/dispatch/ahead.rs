@@ -375,8 +375,8 @@ mod tests {
             Ok(Vec::new())
         }
         async fn wait_for_work(&self, _: &CancellationToken) {}
-        async fn settle(&self, _: u32, _: super::super::Verdict) -> bool {
-            true
+        async fn settle(&self, _: u32, _: super::super::Verdict) -> super::super::Settled {
+            super::super::Settled::Applied
         }
         async fn release(&self, handles: Vec<u32>) {
             self.0.lock().unwrap().extend(handles);

@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::effects::{self, ForSettlement, Staging};
+use super::effects::{self, CommitError, ForSettlement, STATE_RERUNS, Staging};
 use super::outcome::{decide, transient};
 use super::recorder::Recorder;
-use super::{Pipeline, Shared, Source, Verdict, Work};
+use super::{Pipeline, Settled, Shared, Source, Verdict, Work};
 use crate::inbox::{InboxKey, InboxStore};
 use crate::metrics::MessageOutcome;
 use crate::queue::{Backoff, Disposition};
-use crate::runtime::{InvokeError, LoadedHandler, Outcome};
+use crate::runtime::{CallEffects, InvokeError, LoadedHandler, Outcome, StateCall};
 
 /// How a completion by a pending handoff is named (the message's `outcome`).
 pub(crate) const PENDING_HANDOFF: &str = "pending-handoff";
@@ -140,6 +140,8 @@ pub(crate) async fn process<S: Source>(
         outcome,
         inbox: None,
         follow_ups: Vec::new(),
+        state: Vec::new(),
+        on_conflict: Disposition::Release,
         attempt,
     };
 
@@ -177,12 +179,24 @@ pub(crate) async fn process<S: Source>(
         (id, _) => id,
     };
     let staging = Staging::new(p.enqueuer.clone(), delivery);
+    let delivery = delivery.to_string();
+    let state = (!handler.grants.keyvalue.is_empty()).then(|| {
+        StateCall::new(
+            p.state.clone(),
+            handler.name.clone(),
+            handler.grants.keyvalue.clone(),
+        )
+    });
+    let effects = CallEffects {
+        enqueuer: staging.clone(),
+        state: state.clone(),
+    };
     let result = crate::runtime::invoke_starting_by(
         &handler,
         work.message,
         p.config.timeout,
         start_by,
-        staging.clone(),
+        effects,
     )
     .await;
     crate::metrics::handler_call(&p.name, started.elapsed());
@@ -200,11 +214,31 @@ pub(crate) async fn process<S: Source>(
     // 3. Effects, only after the guest succeeded: its follow-ups, and the inbox record
     // (not for a pending handoff).
     let mut effects = ForSettlement::default();
+    // A state conflict runs the message again uncounted, up to a bound; then it is counted.
+    let reruns = shared.state_conflicts.reruns(&delivery);
+    let on_conflict = |key: &str| match reruns < STATE_RERUNS {
+        true => Disposition::Release,
+        false => failed(format!("state conflict on {key}")),
+    };
     if outcome.is_some() {
         let record_into = inbox.filter(|_| outcome == Some("completed"));
-        match effects::commit(&shared, record_into, &record_ids, mark, staging.take()).await {
+        let writes = state.map(|s| s.take()).unwrap_or_default();
+        match effects::commit(
+            &shared,
+            record_into,
+            &record_ids,
+            mark,
+            staging.take(),
+            writes,
+        )
+        .await
+        {
             Ok(left) => effects = left,
-            Err(e) => disposition = failed(e),
+            Err(CommitError::StateConflict(key)) => {
+                shared.state_conflicts.conflicted(&p.name, &delivery, &key);
+                disposition = on_conflict(&key);
+            }
+            Err(CommitError::Failed(e)) => disposition = failed(e),
         }
     }
 
@@ -223,12 +257,15 @@ pub(crate) async fn process<S: Source>(
     let after = After {
         targets: effects.follow_ups.iter().map(|f| f.queue.clone()).collect(),
         record: inbox.cloned().zip(Some(effects.record_after)),
+        delivery,
     };
     let verdict = Verdict {
         disposition,
         outcome: outcome.filter(|_| complete),
         inbox: effects.inbox.filter(|_| complete),
         follow_ups: effects.follow_ups,
+        on_conflict: on_conflict("{key}"),
+        state: effects.state,
         attempt,
     };
     finish_then(&shared, seq, work.handle, verdict, permit, after).await;
@@ -242,6 +279,8 @@ struct After {
     targets: Vec<String>,
     /// An inbox outside the queue database and the keys to record there.
     record: Option<(InboxBinding, Vec<InboxKey>)>,
+    /// The delivery (its state conflicts are counted under it).
+    delivery: String,
 }
 
 /// Steps 0 and 1, before the guest: what the source decided (unless the inbox knows the
@@ -336,10 +375,16 @@ async fn finish_then<S: Source>(
             .await
             .expect("semaphore never closed");
         drop(permit);
-        if !settling.source.settle(handle, verdict).await {
-            return;
-        }
         let p = &settling.pipeline;
+        match settling.source.settle(handle, verdict).await {
+            Settled::Applied => settling.state_conflicts.settled(&after.delivery),
+            Settled::NotApplied => return,
+            Settled::StateConflict(key) => {
+                return settling
+                    .state_conflicts
+                    .conflicted(&p.name, &after.delivery, &key);
+            }
+        }
         for queue in &after.targets {
             p.enqueuer.ready(queue);
         }

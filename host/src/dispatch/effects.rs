@@ -4,6 +4,7 @@
 //! transaction; for a broker message they are committed here, with its inbox records when the
 //! inbox lives in the queue database, before the acknowledgement ([`commit`]).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -13,7 +14,8 @@ use super::{Shared, Source};
 use crate::headers::SEND_NOW;
 use crate::inbox::InboxKey;
 use crate::queue::{
-    CommitMark, EnqueueStatus, Enqueued, FollowUp, InboxRow, InboxWrite, NewMessage,
+    CommitMark, EnqueueStatus, Enqueued, FollowUp, InboxRow, InboxWrite, NewMessage, QueueError,
+    StateWrite,
 };
 use crate::runtime::{EnqueueError, Enqueuer, Staged};
 
@@ -22,6 +24,52 @@ pub const MAX_FOLLOW_UPS: usize = 250;
 
 /// Most payload bytes of the follow-ups one handler call may stage.
 pub const MAX_FOLLOW_UP_BYTES: usize = 16 << 20;
+
+/// How many times a message whose key-value changes conflicted at commit runs again without
+/// counting an attempt; past that, a conflict fails its attempt ("state conflict on
+/// BUCKET/KEY", counted like a transient failure).
+pub const STATE_RERUNS: u32 = 100;
+
+/// Messages of one queue whose key-value changes conflicted, by delivery, and how often.
+#[derive(Default)]
+pub(crate) struct StateConflicts(Mutex<HashMap<String, u32>>);
+
+impl StateConflicts {
+    /// Most messages remembered (a guard: entries leave when their message settles).
+    const MAX: usize = 100_000;
+
+    /// How often `delivery` conflicted so far.
+    pub(crate) fn reruns(&self, delivery: &str) -> u32 {
+        let counts = self.0.lock().expect("state conflicts");
+        counts.get(delivery).copied().unwrap_or(0)
+    }
+
+    /// Note a conflict of `delivery` in `queue`.
+    pub(crate) fn conflicted(&self, queue: &str, delivery: &str, key: &str) {
+        crate::metrics::state_conflict(queue);
+        let mut counts = self.0.lock().expect("state conflicts");
+        if counts.len() >= Self::MAX {
+            counts.clear();
+        }
+        let n = counts.entry(delivery.to_string()).or_default();
+        *n += 1;
+        tracing::info!(
+            queue,
+            delivery,
+            key,
+            reruns = *n,
+            "state conflict: a key this handler read and then set was changed by another call before the commit; nothing of the attempt was committed and the message runs again"
+        );
+    }
+
+    /// `delivery` settled otherwise: forget it.
+    pub(crate) fn settled(&self, delivery: &str) {
+        let mut counts = self.0.lock().expect("state conflicts");
+        if !counts.is_empty() {
+            counts.remove(delivery);
+        }
+    }
+}
 
 /// The enqueuer one handler call sees: what goes into the SQL store is staged, what goes to a
 /// broker is enqueued at once.
@@ -108,6 +156,8 @@ pub(crate) struct ForSettlement {
     pub inbox: Option<InboxWrite>,
     /// Follow-ups the source writes with its settlement.
     pub follow_ups: Vec<FollowUp>,
+    /// Key-value changes the source writes with its settlement.
+    pub state: Vec<StateWrite>,
     /// Inbox keys to record once the settlement is applied: an inbox outside the queue
     /// database, of a delivery whose follow-ups the settlement writes. Recorded after them, a
     /// crash in between runs the handler again instead of skipping it with its follow-ups.
@@ -126,7 +176,8 @@ pub(crate) async fn commit<S: Source>(
     record_ids: &[String],
     mark: Option<String>,
     follow_ups: Vec<FollowUp>,
-) -> Result<ForSettlement, String> {
+    state: Vec<StateWrite>,
+) -> Result<ForSettlement, CommitError> {
     let keys = inbox.map(|binding| keys(binding, record_ids));
     let recorded = keys.as_ref().map_or(0, Vec::len);
     let in_queue_database = |binding: &InboxBinding, keys: &[InboxKey]| {
@@ -137,7 +188,7 @@ pub(crate) async fn commit<S: Source>(
         })
     };
     let source = &shared.source;
-    if follow_ups.is_empty() || source.settles_follow_ups() {
+    if (follow_ups.is_empty() && state.is_empty()) || source.settles_follow_ups() {
         let mut left = ForSettlement {
             recorded,
             ..ForSettlement::default()
@@ -146,16 +197,17 @@ pub(crate) async fn commit<S: Source>(
             if source.records_inbox(binding) {
                 left.inbox = in_queue_database(binding, &keys);
             } else if follow_ups.is_empty() {
-                binding
-                    .recorder
-                    .record(keys)
-                    .await
-                    .map_err(|e| format!("inbox record failed after the handler succeeded: {e}"))?;
+                binding.recorder.record(keys).await.map_err(|e| {
+                    CommitError::Failed(format!(
+                        "inbox record failed after the handler succeeded: {e}"
+                    ))
+                })?;
             } else {
                 left.record_after = keys;
             }
         }
         left.follow_ups = follow_ups;
+        left.state = state;
         return Ok(left);
     }
     // A broker message with follow-ups: they and an inbox of the queue database commit
@@ -169,12 +221,33 @@ pub(crate) async fn commit<S: Source>(
         queue: shared.pipeline.name.to_string(),
         delivery,
     });
-    let committed = shared
-        .pipeline
-        .enqueuer
-        .commit(write.as_ref(), mark.as_ref(), &follow_ups)
-        .await
-        .map_err(|e| format!("committing the handler's follow-ups failed: {e}"))?;
+    let committed = if state.is_empty() {
+        shared
+            .pipeline
+            .enqueuer
+            .commit(write.as_ref(), mark.as_ref(), &follow_ups)
+            .await
+            .map_err(|e| {
+                CommitError::Failed(format!("committing the handler's follow-ups failed: {e}"))
+            })?
+    } else {
+        // Key-value changes commit in the queue database with everything else.
+        let committed = shared
+            .pipeline
+            .state
+            .commit_follow_ups(write.as_ref(), mark.as_ref(), &follow_ups, &state)
+            .await
+            .map_err(|e| match e {
+                QueueError::StateConflict(key) => CommitError::StateConflict(key),
+                e => CommitError::Failed(format!("committing the handler's effects failed: {e}")),
+            })?;
+        if committed {
+            for follow_up in &follow_ups {
+                shared.pipeline.enqueuer.ready(&follow_up.queue);
+            }
+        }
+        committed
+    };
     if !committed {
         tracing::info!(queue = %shared.pipeline.name, "the follow-ups of this delivery were committed by an earlier delivery of the message; not again");
     }
@@ -188,6 +261,16 @@ pub(crate) async fn commit<S: Source>(
         recorded,
         ..ForSettlement::default()
     })
+}
+
+/// Why a success's effects were not committed.
+#[derive(Debug)]
+pub(crate) enum CommitError {
+    /// A key it read and then set was changed meanwhile (`BUCKET/KEY`): the message runs
+    /// again.
+    StateConflict(String),
+    /// The commit failed: a transient failure of the attempt.
+    Failed(String),
 }
 
 /// The inbox keys of `record_ids` on `binding`'s endpoint.

@@ -42,7 +42,7 @@ pub use sql::{DEFERRED_PUBLISH_HEADER, SqlSource};
 use self::receiving::{Outage, gather_slots};
 use crate::config::QueueConfig;
 use crate::queue::Disposition;
-use crate::queue::{FollowUp, InboxWrite};
+use crate::queue::{FollowUp, InboxWrite, QueueStore, StateWrite};
 use crate::runtime::Enqueuer;
 use crate::runtime::{HandlerRegistry, Message};
 
@@ -72,6 +72,18 @@ pub struct InboxIds {
     pub record: Vec<String>,
 }
 
+/// Whether a verdict was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// Applied.
+    Applied,
+    /// Not applied (a lost lease or lock, an outage; the source logged why).
+    NotApplied,
+    /// Its key-value changes conflicted (`BUCKET/KEY`): its `on_conflict` was applied
+    /// instead, none of its effects.
+    StateConflict(String),
+}
+
 /// What happens to one message.
 #[derive(Debug, Clone)]
 pub struct Verdict {
@@ -84,6 +96,10 @@ pub struct Verdict {
     /// On a success, the follow-ups the handler staged, for a source that writes them with
     /// its settlement ([`Source::settles_follow_ups`]).
     pub follow_ups: Vec<FollowUp>,
+    /// On a success, the key-value changes the handler staged, for such a source too.
+    pub state: Vec<StateWrite>,
+    /// What the source applies instead when they conflict.
+    pub on_conflict: Disposition,
     /// The attempt that ended (kept when the message moves to another store).
     pub attempt: u32,
 }
@@ -147,7 +163,7 @@ pub trait Source: Send + Sync + 'static {
     }
 
     /// Apply a verdict; returns whether it was applied. Logs what went wrong itself.
-    async fn settle(&self, handle: Self::Handle, verdict: Verdict) -> bool;
+    async fn settle(&self, handle: Self::Handle, verdict: Verdict) -> Settled;
 
     /// Hand messages back untouched (shutdown): available again, where the source allows
     /// without counting the attempt.
@@ -182,6 +198,8 @@ pub struct Pipeline {
     pub registry: Arc<HandlerRegistry>,
     /// What guest `enqueue` calls go to.
     pub enqueuer: Arc<dyn Enqueuer>,
+    /// Where handlers' key-value state is read (the SQL store).
+    pub state: Arc<dyn QueueStore>,
     /// The consumer inbox of this queue's endpoint, when enabled.
     pub inbox: Option<InboxBinding>,
     /// The queue's handler-call slots (`concurrency` of them), shared by every source of
@@ -209,6 +227,8 @@ pub(crate) struct Shared<S: Source> {
     pub(crate) settling_slots: Arc<Semaphore>,
     /// How long this queue's handler calls take lately (whether reading ahead pays).
     pub(crate) call_time: ahead::CallTime,
+    /// Messages whose key-value changes conflicted, and how often.
+    pub(crate) state_conflicts: effects::StateConflicts,
 }
 
 impl Pipeline {
@@ -227,6 +247,7 @@ impl Pipeline {
             settling: tokio_util::task::TaskTracker::new(),
             settling_slots: Arc::new(Semaphore::new(concurrency * SETTLING_PER_SLOT)),
             call_time: ahead::CallTime::default(),
+            state_conflicts: effects::StateConflicts::default(),
         });
         let p = &shared.pipeline;
         let slots = p.slots.clone();

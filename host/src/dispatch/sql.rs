@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Settler, Source, Verdict, Work};
+use super::{InboxBinding, InboxIds, MOVED_FROM_HEADER, Settled, Settler, Source, Verdict, Work};
 use crate::config::QueueConfig;
 use crate::external::{Envelope, Provider, PublishOptions};
 use crate::queue::{
@@ -210,7 +210,7 @@ impl Source for SqlSource {
         true
     }
 
-    async fn settle(&self, handle: SqlLease, verdict: Verdict) -> bool {
+    async fn settle(&self, handle: SqlLease, verdict: Verdict) -> Settled {
         let SqlLease { lease, session } = handle;
         let disposition = verdict.disposition_in(session.is_some());
         let settlement = Settlement {
@@ -221,6 +221,8 @@ impl Source for SqlSource {
             inbox: verdict.inbox,
             session: session.map(|key| (self.name.to_string(), key)),
             follow_ups: verdict.follow_ups,
+            state: verdict.state,
+            on_conflict: verdict.on_conflict,
         };
         let in_session = settlement.session.is_some();
         match self.settler.settle(settlement).await {
@@ -229,15 +231,20 @@ impl Source for SqlSource {
                 if in_session {
                     self.wake.notify_one();
                 }
-                true
+                Settled::Applied
+            }
+            Ok(SettleResult::StateConflict(key)) => {
+                // Back to pending (or retried, counted): ready again at once.
+                self.wake.notify_one();
+                Settled::StateConflict(key)
             }
             Ok(SettleResult::LeaseLost) => {
                 tracing::warn!(queue = %self.name, key = lease.key, "lease was lost (it expired and the message was leased again): this outcome was not applied");
-                false
+                Settled::NotApplied
             }
             Err(e) => {
                 tracing::debug!(queue = %self.name, key = lease.key, "not settled (the settlement task logs the outage): {e}");
-                false
+                Settled::NotApplied
             }
         }
     }

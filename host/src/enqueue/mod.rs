@@ -335,7 +335,7 @@ impl Enqueuer for QueueRouter {
     ) -> Result<bool, EnqueueError> {
         if !self
             .store
-            .commit_follow_ups(inbox, mark, follow_ups)
+            .commit_follow_ups(inbox, mark, follow_ups, &[])
             .await?
         {
             return Ok(false);

@@ -61,6 +61,7 @@ impl QueueWiring<'_> {
             handler: Arc::from(handler),
             registry: self.registry.clone(),
             enqueuer: self.router.clone(),
+            state: self.store.clone(),
             inbox,
             slots: slots.clone(),
         };

@@ -193,6 +193,12 @@ pub fn outbox_published(queue: &str, count: usize) {
         .increment(count as u64);
 }
 
+/// A message of `queue` whose key-value changes met a state conflict at commit (it runs
+/// again, or past the bound its attempt fails).
+pub fn state_conflict(queue: &str) {
+    metrics::counter!("wharf_state_conflicts_total", "queue" => queue.to_string()).increment(1);
+}
+
 /// Inbox entries recorded for `endpoint` after successful handler calls.
 pub fn inbox_recorded(endpoint: &str, count: usize) {
     handles::inbox(endpoint).records.increment(count as u64);

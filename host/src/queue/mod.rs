@@ -23,6 +23,7 @@ mod rows;
 pub mod sessions;
 mod settle;
 mod sqlite;
+mod state;
 mod statements;
 mod status;
 mod store;
@@ -41,6 +42,7 @@ pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
 pub use postgres::VACUUM_AFTER_LEASES;
 pub(crate) use sqlite::sqlite_options;
+pub use state::{Committed, StateChange, StateWrite};
 pub use status::Status;
 pub use store::SqlStore;
 pub use types::{
@@ -79,6 +81,10 @@ pub enum QueueError {
         /// Why it could not be read.
         reason: String,
     },
+    /// A key the handler read and then set or deleted was changed by another call before
+    /// the commit (`BUCKET/KEY`): nothing of the attempt was committed.
+    #[error("state conflict on {0}")]
+    StateConflict(String),
     /// This store does not offer the operation.
     #[error("queue storage does not support {0}")]
     Unsupported(&'static str),
@@ -236,12 +242,15 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Commit the effects of a successful delivery that is settled elsewhere (a broker
     /// message, acknowledged after this returns): its inbox records (`inbox`, a table of this
     /// database) and its follow-ups, in one transaction. With `mark`, nothing is written when
-    /// the same delivery's follow-ups were committed before: returns false then.
+    /// the same delivery's follow-ups were committed before: returns false then. Its key-value
+    /// `state` changes commit in the same transaction; a state conflict (a key it read and
+    /// then set was changed meanwhile) commits nothing and is [`QueueError::StateConflict`].
     async fn commit_follow_ups(
         &self,
         inbox: Option<&InboxWrite>,
         mark: Option<&CommitMark>,
         follow_ups: &[FollowUp],
+        state: &[StateWrite],
     ) -> Result<bool, QueueError>;
 
     /// Handle messages whose lease expired: with `retry_abandoned`, back to pending (failed
@@ -314,6 +323,20 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// The outbox rows not published yet, per target queue.
     async fn outbox_backlog(&self) -> Result<Vec<OutboxBacklog>, QueueError>;
+
+    /// The committed value and revision of a key of handlers' key-value state.
+    async fn state_read(&self, bucket: &str, key: &str) -> Result<Option<Committed>, QueueError>;
+
+    /// `limit` keys of `bucket` in key order, from position `offset`.
+    async fn state_keys(
+        &self,
+        bucket: &str,
+        offset: u64,
+        limit: u32,
+    ) -> Result<Vec<String>, QueueError>;
+
+    /// Delete a key of handlers' key-value state; returns whether it existed.
+    async fn state_delete(&self, bucket: &str, key: &str) -> Result<bool, QueueError>;
 
     /// Call `wake(Some(queue))` whenever a message of that queue becomes ready in any
     /// process (`wake(None)`: possibly any queue), until `shutdown`. Stores without

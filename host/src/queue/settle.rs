@@ -1,9 +1,13 @@
-//! Settling leases, once for every SQL dialect: the inbox records first, then each outcome,
+//! Settling leases, once for every SQL dialect: the key-value changes checked and their rows
+//! locked first (a settlement whose read-then-set lost a race is replaced by its
+//! `on_conflict`), then the inbox records, each outcome, the follow-ups and the key-value
+//! writes,
 //! fenced by the lease token, inside the caller's transaction. A message re-enqueued while it
 //! was leased (AwaitingRelease) keeps its newer version: this processor's outcome is recorded
 //! in history and the newer version becomes live. Only the batch of completions differs
 //! between dialects (arrays on PostgreSQL, a JSON array on SQLite).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use super::sessions::{self, by_queue};
@@ -11,8 +15,8 @@ use super::statements::{
     APPLY_NEXT, COMPLETED_UNDER, DELETE_LEASED, FAIL, RECORD_HISTORY, RELEASE, RETRY,
 };
 use super::{
-    Disposition, FollowUp, InboxWrite, Lease, QueueError, SettleResult, Settlement, follow_ups,
-    inbox_records, inbox_writes, postgres, sqlite,
+    Disposition, FollowUp, InboxWrite, Lease, QueueError, SettleResult, Settlement, StateWrite,
+    follow_ups, inbox_records, inbox_writes, postgres, sqlite, state,
 };
 use crate::sql::{Conn, Pool, Text};
 
@@ -45,6 +49,7 @@ fn plain_completions(settlements: &[Settlement]) -> Option<Option<InboxWrite>> {
             && s.keep_processed
             && s.session.is_none()
             && s.follow_ups.is_empty()
+            && s.state.is_empty()
     });
     if !plain {
         return None;
@@ -102,15 +107,86 @@ pub(crate) async fn settle_batch(
     })
 }
 
+/// Tries of a transaction whose key-value changes met a key written meanwhile by another
+/// (rolled back and tried again, which then finds and locks the row).
+pub(crate) const STATE_TRIES: u32 = 5;
+
 async fn in_transaction(
     pool: &Pool,
     settlements: &[Settlement],
     now: i64,
 ) -> Result<Settled, QueueError> {
-    let mut tx = pool.begin().await?;
-    let settled = settle(&mut tx.conn(), settlements, now).await?;
-    tx.commit().await?;
-    Ok(settled)
+    let with_state = settlements.iter().any(|s| !s.state.is_empty());
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut tx = pool.begin().await?;
+        match settle(&mut tx.conn(), settlements, now).await {
+            Err(QueueError::Conflict(_)) if with_state && tries < STATE_TRIES => continue,
+            settled => {
+                let settled = settled?;
+                tx.commit().await?;
+                return Ok(settled);
+            }
+        }
+    }
+}
+
+/// `disposition` with `{key}` in its error replaced by the conflicting `BUCKET/KEY`.
+fn with_key(disposition: &Disposition, key: &str) -> Disposition {
+    match disposition.clone() {
+        Disposition::Retry { at_ms, error } => Disposition::Retry {
+            at_ms,
+            error: error.map(|e| e.replace("{key}", key)),
+        },
+        Disposition::Fail { error } => Disposition::Fail {
+            error: error.replace("{key}", key),
+        },
+        other => other,
+    }
+}
+
+/// The settlements with their key-value changes checked: the rows they change locked, and
+/// each one whose read-then-set lost a race replaced by its `on_conflict`, without effects.
+async fn check_state<'s>(
+    conn: &mut Conn<'_>,
+    settlements: &'s [Settlement],
+) -> Result<
+    (
+        Cow<'s, [Settlement]>,
+        Vec<Option<String>>,
+        Option<state::Locked>,
+    ),
+    QueueError,
+> {
+    if settlements.iter().all(|s| s.state.is_empty()) {
+        return Ok((
+            Cow::Borrowed(settlements),
+            vec![None; settlements.len()],
+            None,
+        ));
+    }
+    let groups: Vec<&[StateWrite]> = settlements.iter().map(|s| s.state.as_slice()).collect();
+    let (conflicts, locked) = state::lock(conn, &groups).await?;
+    if conflicts.iter().all(Option::is_none) {
+        return Ok((Cow::Borrowed(settlements), conflicts, Some(locked)));
+    }
+    let checked = settlements
+        .iter()
+        .zip(&conflicts)
+        .map(|(s, conflict)| match conflict {
+            None => s.clone(),
+            Some(key) => Settlement {
+                disposition: with_key(&s.on_conflict, key),
+                outcome: None,
+                inbox: None,
+                follow_ups: Vec::new(),
+                state: Vec::new(),
+                ..s.clone()
+            },
+        })
+        .collect();
+    Ok((Cow::Owned(checked), conflicts, Some(locked)))
 }
 
 /// Apply `settlements` on `conn`, in the caller's transaction; results in input order. The
@@ -120,7 +196,10 @@ async fn settle(
     settlements: &[Settlement],
     now: i64,
 ) -> Result<Settled, QueueError> {
-    // Inbox records first: recorded exactly when the settlement commits.
+    // Key-value changes checked first: their rows locked, conflicting settlements replaced.
+    let (settlements, conflicts, locked) = check_state(conn, settlements).await?;
+    let settlements = &*settlements;
+    // Inbox records next: recorded exactly when the settlement commits.
     for write in inbox_writes(settlements) {
         inbox_records::record(conn, &write).await?;
     }
@@ -148,6 +227,15 @@ async fn settle(
         }
     }
     let written = follow_ups::write(conn, follow_ups, now).await?;
+    if let Some(locked) = &locked {
+        let applied: Vec<&[StateWrite]> = settlements
+            .iter()
+            .zip(&done)
+            .filter(|(_, done)| **done == Done::Now)
+            .map(|(s, _)| s.state.as_slice())
+            .collect();
+        state::write(conn, &applied, locked, now).await?;
+    }
     // Sessions last, on the statuses just written: a failure or handoff parks what waits
     // behind it, a success of a blocker's retry drains its session.
     let touched = settlements.iter().filter_map(|s| {
@@ -163,9 +251,11 @@ async fn settle(
     }
     let results = done
         .into_iter()
-        .map(|d| match d {
-            Done::Now | Done::Before => SettleResult::Applied,
-            Done::Lost => SettleResult::LeaseLost,
+        .zip(conflicts)
+        .map(|(d, conflict)| match (d, conflict) {
+            (Done::Lost, _) => SettleResult::LeaseLost,
+            (_, Some(key)) => SettleResult::StateConflict(key),
+            (Done::Now | Done::Before, None) => SettleResult::Applied,
         })
         .collect();
     Ok(Settled {

@@ -15,10 +15,11 @@ use super::prepared::Prepared;
 use super::rows::leased_in_order;
 use super::statements::{self, ABANDONED, APPLY_NEXT, EXPIRE};
 use super::{
-    BlockedSession, CommitMark, Enqueued, FollowUp, HistoryEntry, InboxProbe, InboxWrite,
-    LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError, QueueStore,
-    Retention, Selector, SettleResult, Settlement, Status, StoredMessage, WakeFn, commit_marks,
-    follow_ups, manage, now_ms, outbox, postgres, sessions, settle, sqlite,
+    BlockedSession, CommitMark, Committed, Enqueued, FollowUp, HistoryEntry, InboxProbe,
+    InboxWrite, LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError,
+    QueueStore, Retention, Selector, SettleResult, Settlement, StateWrite, Status, StoredMessage,
+    WakeFn, commit_marks, follow_ups, manage, now_ms, outbox, postgres, sessions, settle, sqlite,
+    state,
 };
 use crate::sql::{Dialect, Pool};
 
@@ -324,23 +325,39 @@ impl QueueStore for SqlStore {
         inbox: Option<&InboxWrite>,
         mark: Option<&CommitMark>,
         follow_ups: &[FollowUp],
+        state: &[StateWrite],
     ) -> Result<bool, QueueError> {
-        let now = now_ms();
-        let mut tx = self.settlements.begin().await?;
-        let mut conn = tx.conn();
-        if let Some(mark) = mark
-            && !commit_marks::mark(&mut conn, mark, now).await?
-        {
-            // Committed by an earlier delivery of the same message: nothing again.
-            return Ok(false);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let now = now_ms();
+            let mut tx = self.settlements.begin().await?;
+            let mut conn = tx.conn();
+            if let Some(mark) = mark
+                && !commit_marks::mark(&mut conn, mark, now).await?
+            {
+                // Committed by an earlier delivery of the same message: nothing again.
+                return Ok(false);
+            }
+            if !state.is_empty() {
+                let (conflicts, locked) = state::lock(&mut conn, &[state]).await?;
+                if let Some(key) = conflicts.into_iter().flatten().next() {
+                    return Err(QueueError::StateConflict(key));
+                }
+                match state::write(&mut conn, &[state], &locked, now).await {
+                    // A key written by another transaction since it was found absent.
+                    Err(QueueError::Conflict(_)) if tries < settle::STATE_TRIES => continue,
+                    other => other?,
+                }
+            }
+            if let Some(write) = inbox {
+                super::record(&mut conn, write).await?;
+            }
+            let written = follow_ups::write(&mut conn, follow_ups, now).await?;
+            tx.commit().await?;
+            self.committed(&written).await;
+            return Ok(true);
         }
-        if let Some(write) = inbox {
-            super::record(&mut conn, write).await?;
-        }
-        let written = follow_ups::write(&mut conn, follow_ups, now).await?;
-        tx.commit().await?;
-        self.committed(&written).await;
-        Ok(true)
     }
 
     fn outbox_written(&self) -> Arc<Notify> {
@@ -371,6 +388,23 @@ impl QueueStore for SqlStore {
 
     async fn outbox_backlog(&self) -> Result<Vec<OutboxBacklog>, QueueError> {
         outbox::backlog(&self.readers).await
+    }
+
+    async fn state_read(&self, bucket: &str, key: &str) -> Result<Option<Committed>, QueueError> {
+        state::read(&self.readers, bucket, key).await
+    }
+
+    async fn state_keys(
+        &self,
+        bucket: &str,
+        offset: u64,
+        limit: u32,
+    ) -> Result<Vec<String>, QueueError> {
+        state::keys(&self.readers, bucket, offset, limit).await
+    }
+
+    async fn state_delete(&self, bucket: &str, key: &str) -> Result<bool, QueueError> {
+        state::delete(&self.pool, bucket, key).await
     }
 
     async fn expire_leases(

@@ -138,6 +138,14 @@ pub struct Settlement {
     /// On a success, the follow-ups its handler staged: written in the same transaction when
     /// the settlement is applied, never otherwise.
     pub follow_ups: Vec<super::FollowUp>,
+    /// On a success, the key-value changes its handler staged: committed in the same
+    /// transaction when the settlement is applied. When one of them conflicts (a key read
+    /// and then set was changed meanwhile), nothing of it is: [`Settlement::on_conflict`]
+    /// is applied instead.
+    pub state: Vec<super::StateWrite>,
+    /// What is applied instead on a state conflict (default: back to pending, the attempt
+    /// not counted, so the message runs again).
+    pub on_conflict: Disposition,
 }
 
 impl Settlement {
@@ -151,6 +159,8 @@ impl Settlement {
             inbox: None,
             session: None,
             follow_ups: Vec::new(),
+            state: Vec::new(),
+            on_conflict: Disposition::Release,
         }
     }
 }
@@ -215,12 +225,15 @@ pub enum Selector {
 }
 
 /// Whether a settlement was applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SettleResult {
     /// Applied.
     Applied,
     /// The lease had expired and the message was leased again (or changed): not applied.
     LeaseLost,
+    /// A key-value change conflicted (`BUCKET/KEY`): the settlement's `on_conflict` was
+    /// applied instead, nothing of its effects.
+    StateConflict(String),
 }
 
 /// A message as stored, for inspection.

@@ -1,5 +1,6 @@
 //! The generated bindings of the `handler` world and the per-instance host state that
-//! implements its imports (`host.enqueue`, `host.log`) and WASI.
+//! implements its imports (`host.enqueue`, `host.log`), WASI and (in `keyvalue.rs`)
+//! `wasi:keyvalue`.
 
 use std::sync::Arc;
 
@@ -41,6 +42,8 @@ pub struct HostState {
     pub(crate) handler: Arc<str>,
     pub(crate) queue: Arc<str>,
     pub(crate) enqueuer: Arc<dyn Enqueuer>,
+    /// The call's key-value state (`wasi:keyvalue`), when it has one.
+    pub(crate) state: Option<Arc<super::state::StateCall>>,
 }
 
 impl WasiView for HostState {
@@ -121,13 +124,14 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// Add WASI p2 and the `host` interface to a linker, and `wasi:http` (outgoing requests)
-/// when `http` is set.
+/// Add WASI p2, `wasi:keyvalue` and the `host` interface to a linker, and `wasi:http`
+/// (outgoing requests) when `http` is set.
 pub(crate) fn add_to_linker(linker: &mut Linker<HostState>, http: bool) -> wasmtime::Result<()> {
     wasmtime_wasi::p2::add_to_linker_async(linker)?;
     if http {
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
     }
+    super::keyvalue::add_to_linker(linker)?;
     Handler::add_to_linker::<_, HasSelf<HostState>>(linker, |state| state)?;
     Ok(())
 }

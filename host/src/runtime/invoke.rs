@@ -17,6 +17,7 @@ use super::instances::{InstanceReturns, PooledStore};
 use super::outbound::OutboundHooks;
 use super::output::{Channel, LogStream};
 use super::registry::LoadedHandler;
+use super::state::StateCall;
 
 /// Why a call did not return a handler result.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
@@ -42,22 +43,33 @@ pub enum InvokeError {
 /// What a call produced.
 pub type InvokeResult = Result<Result<Outcome, HandlerError>, InvokeError>;
 
+/// Where a call's effects go: its follow-ups (`host.enqueue`) and its key-value state.
+#[derive(Clone)]
+pub struct CallEffects {
+    /// Takes the call's follow-ups.
+    pub enqueuer: Arc<dyn Enqueuer>,
+    /// The call's key-value state; without it, opening a bucket fails.
+    pub state: Option<Arc<StateCall>>,
+}
+
+impl From<Arc<dyn Enqueuer>> for CallEffects {
+    fn from(enqueuer: Arc<dyn Enqueuer>) -> Self {
+        CallEffects {
+            enqueuer,
+            state: None,
+        }
+    }
+}
+
 /// Call `handle` on a fresh instance of `handler`, waiting up to `timeout` for an instance
 /// when the pool is full.
 pub async fn invoke(
     handler: &LoadedHandler,
     message: Message,
     timeout: Duration,
-    enqueuer: Arc<dyn Enqueuer>,
+    effects: impl Into<CallEffects>,
 ) -> InvokeResult {
-    invoke_starting_by(
-        handler,
-        message,
-        timeout,
-        Instant::now() + timeout,
-        enqueuer,
-    )
-    .await
+    invoke_starting_by(handler, message, timeout, Instant::now() + timeout, effects).await
 }
 
 /// Call `handle` on a fresh instance of `handler`. When the pool is full, wait for an
@@ -68,12 +80,13 @@ pub async fn invoke_starting_by(
     message: Message,
     timeout: Duration,
     start_by: Instant,
-    enqueuer: Arc<dyn Enqueuer>,
+    effects: impl Into<CallEffects>,
 ) -> InvokeResult {
+    let effects = effects.into();
     let queue: Arc<str> = Arc::from(message.queue.as_str());
     let mut waiting_since: Option<Instant> = None;
     let (mut store, instance) = loop {
-        let mut store = new_store(handler, queue.clone(), timeout, enqueuer.clone())?;
+        let mut store = new_store(handler, queue.clone(), timeout, effects.clone())?;
         let started = Instant::now();
         match handler.pre.instantiate_async(store.get()).await {
             Ok(instance) => {
@@ -122,7 +135,7 @@ fn new_store(
     handler: &LoadedHandler,
     queue: Arc<str>,
     timeout: Duration,
-    enqueuer: Arc<dyn Enqueuer>,
+    effects: CallEffects,
 ) -> Result<PooledStore<HostState>, InvokeError> {
     let wasi = build_wasi(handler).map_err(|e| InvokeError::Instantiate(e.to_string()))?;
     let deadline = Instant::now() + timeout;
@@ -139,7 +152,8 @@ fn new_store(
         timed_out: false,
         handler: handler.name.clone(),
         queue,
-        enqueuer,
+        enqueuer: effects.enqueuer,
+        state: effects.state,
     };
     let mut store = Store::new(handler.pre.engine(), state);
     store.limiter(|s| &mut s.limiter);

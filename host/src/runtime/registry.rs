@@ -102,6 +102,8 @@ pub struct Grants {
     pub outbound: Arc<[OutboundHost]>,
     /// Whether `wasi:http` is linked (the handler has `allowed_outbound_hosts`).
     pub http: bool,
+    /// The key-value buckets it may open.
+    pub keyvalue: Arc<[String]>,
 }
 
 /// One deployed handler version.
@@ -330,6 +332,7 @@ impl HandlerRegistry {
                 inherit_stdio: settings.inherit_stdio && !self.dry_run,
                 outbound,
                 http,
+                keyvalue: settings.keyvalue.clone().into(),
             },
             pre,
             returns: self.returns.clone(),

@@ -93,6 +93,7 @@ macro_rules! conformance {
                 a_handle_the_provider_did_not_make_is_an_error,
                 follow_ups_exist_only_for_the_attempt_that_succeeded,
                 a_second_delivery_of_a_committed_success_commits_nothing,
+                state_changes_from_a_broker_commit_with_the_outcome,
                 follow_ups_for_a_broker_are_published_once_from_the_outbox,
                 outbox_rows_wait_for_a_broker_that_is_down,
                 two_hosts_relaying_one_outbox_publish_each_row_once,

@@ -58,7 +58,8 @@ pub(crate) async fn settle(
     store
         .settle(&[Settlement::new(lease, disposition)])
         .await
-        .unwrap()[0]
+        .unwrap()
+        .remove(0)
 }
 
 pub(crate) async fn status_of(store: &Arc<dyn QueueStore>, key: i64) -> Status {

@@ -17,6 +17,7 @@ mod commands;
 pub(crate) mod error;
 mod history;
 mod sessions;
+mod state;
 
 pub use self::commands::{BulkChanged, Changed};
 use self::commands::{delete, delete_all, move_all, move_to, retry, retry_all};
@@ -47,6 +48,11 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/messages/{key}/complete", post(sessions::complete))
         .route("/messages/{key}/fail", post(sessions::fail))
         .route("/sessions", get(sessions::blocked))
+        .route("/state/{bucket}", get(state::list))
+        .route(
+            "/state/{bucket}/{key}",
+            get(state::get).delete(state::delete),
+        )
         .route("/handlers", get(super::handlers))
         .route("/deploys", get(deploys))
         .route(

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::acker::start_acker;
 use crate::config::QueueConfig;
-use crate::dispatch::{InboxBinding, Source, Verdict, Work};
+use crate::dispatch::{InboxBinding, Settled, Source, Verdict, Work};
 use crate::external::{
     ActivationStore, AttemptCounter, Consumer, CountKind, DeliveryCount, Envelope, Handle, Nack,
     ProviderHealth, counting_key,
@@ -249,7 +249,7 @@ impl Source for ExternalSource {
         }
     }
 
-    async fn settle(&self, item: Arc<Item>, verdict: Verdict) -> bool {
+    async fn settle(&self, item: Arc<Item>, verdict: Verdict) -> Settled {
         let attempt = verdict.attempt;
         let settled = match verdict.disposition_in(item.session.is_some()) {
             // A pending handoff blocks its session: it waits in the SQL queue, handed off,
@@ -289,13 +289,16 @@ impl Source for ExternalSource {
             }
             Disposition::Release => {
                 self.release(vec![item]).await;
-                return false;
+                return Settled::NotApplied;
             }
         };
         if settled && let Some(session) = &item.session {
             self.gate.settled(session);
         }
-        settled
+        match settled {
+            true => Settled::Applied,
+            false => Settled::NotApplied,
+        }
     }
 
     fn reads_ahead(&self) -> bool {

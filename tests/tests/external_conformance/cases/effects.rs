@@ -263,3 +263,40 @@ pub async fn two_hosts_relaying_one_outbox_publish_each_row_once<H: Harness>() {
         host.shutdown().await;
     }
 }
+
+/// Key-value changes of a broker message commit with its inbox record before the
+/// acknowledgement; a failed attempt's changes are dropped with it. The same message
+/// delivered twice (its MessageId produced again) adds once.
+pub async fn state_changes_from_a_broker_commit_with_the_outcome<H: Harness>() {
+    let h = H::shared().await;
+    let dir = wharf_tests::TestDir::new();
+    dir.deploy("flaky", "kv_state");
+    let config = super::config(&h, "inbox = { store = \"sql\" }")
+        + "\n[handlers.flaky]\nkeyvalue = [\"counters\"]\n";
+    let host = dir.start(&config).await;
+    for n in 0..20 {
+        let body = envelope_body(json!({"incr": ["total"]}), Some(&format!("st-{n}")));
+        h.produce_direct("export_order", &body).await;
+    }
+    let bad = json!({"incr": ["total"], "fail": "permanent"});
+    h.produce_direct("export_order", &envelope_body(bad, Some("st-bad")))
+        .await;
+    wait_for(T, "the failed message in SQL", || async {
+        messages(&host, "export_order")
+            .await
+            .into_iter()
+            .find(|m| m.status == Status::Failed && m.id.as_deref() == Some("st-bad"))
+    })
+    .await;
+    let again = envelope_body(json!({"incr": ["total"]}), Some("st-0"));
+    h.produce_direct("export_order", &again).await;
+    wait_empty(&h, "export_order").await;
+    let total = wait_for(T, "the counter", || async {
+        let read = host.store.state_read("counters", "total").await.unwrap();
+        read.map(|(v, _)| String::from_utf8(v).unwrap())
+            .filter(|v| v == "20")
+    })
+    .await;
+    assert_eq!(total, "20", "one increment per message that succeeded");
+    host.shutdown().await;
+}

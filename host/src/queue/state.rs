@@ -1,0 +1,295 @@
+//! Handlers' key-value state (`wasi:keyvalue`) in the SQL store: the table `wharf_state`,
+//! keyed by (bucket, key), with a revision that changes on every write. A call reads the
+//! committed state here; its staged changes ([`StateWrite`]) are committed with its
+//! message's settlement: [`lock`] locks the rows a batch changes and finds the settlements
+//! whose read-then-set lost a race (a state conflict), [`write`] writes what the applied
+//! ones changed. Increments commit as increments on the locked value.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::sql::{Conn, Dialect, Pool, Sql};
+
+use super::QueueError;
+
+/// A staged change of one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateChange {
+    /// Set the value.
+    Set(Vec<u8>),
+    /// Remove the key.
+    Delete,
+    /// Add to a counter (the value's decimal digits; absent counts as 0).
+    Add(u64),
+}
+
+/// A change one handler call staged, committed with its message's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateWrite {
+    /// The bucket.
+    pub bucket: String,
+    /// The key.
+    pub key: String,
+    /// What changes.
+    pub change: StateChange,
+    /// The committed revision the call read before a set or delete (0: it read the key
+    /// absent): at commit, another revision is a state conflict. `None`: not checked.
+    pub expect: Option<i64>,
+}
+
+/// One key's committed value, as [`read`] returns it: the value and its revision.
+pub type Committed = (Vec<u8>, i64);
+
+/// (bucket, key).
+type Id = (String, String);
+
+const READ: Sql =
+    Sql::both("SELECT value, revision FROM wharf_state WHERE bucket = $1 AND key = $2");
+
+const KEYS: Sql =
+    Sql::both("SELECT key FROM wharf_state WHERE bucket = $1 ORDER BY key LIMIT $2 OFFSET $3");
+
+/// Keys per statement (five parameters a row at most).
+const CHUNK: usize = 1000;
+
+/// The committed value and revision of `bucket`/`key`.
+pub(crate) async fn read(
+    pool: &Pool,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<Committed>, QueueError> {
+    let row = pool
+        .query(&READ)
+        .bind(bucket)
+        .bind(key)
+        .fetch_optional()
+        .await?;
+    Ok(match row {
+        Some(row) => Some((row.get("value")?, row.get("revision")?)),
+        None => None,
+    })
+}
+
+/// `limit` keys of `bucket` in key order, from position `offset`.
+pub(crate) async fn keys(
+    pool: &Pool,
+    bucket: &str,
+    offset: u64,
+    limit: u32,
+) -> Result<Vec<String>, QueueError> {
+    Ok(pool
+        .query(&KEYS)
+        .bind(bucket)
+        .bind(limit as i64)
+        .bind(offset as i64)
+        .fetch_column()
+        .await?)
+}
+
+/// The committed values of the keys a batch changes, read and locked.
+#[derive(Debug, Default)]
+pub(crate) struct Locked {
+    base: BTreeMap<Id, Option<Committed>>,
+}
+
+/// A key's value after a change, from `before`; `None` when the change cannot apply (an
+/// increment of a value that is not a counter, or past the largest).
+fn apply(before: Option<&[u8]>, change: &StateChange) -> Option<Option<Vec<u8>>> {
+    Some(match change {
+        StateChange::Set(value) => Some(value.clone()),
+        StateChange::Delete => None,
+        StateChange::Add(delta) => {
+            let base = match before {
+                Some(bytes) => crate::runtime::counter_value(bytes)?,
+                None => 0,
+            };
+            Some(crate::runtime::counter_bytes(base.checked_add(*delta)?))
+        }
+    })
+}
+
+/// `(b0, k0), (b1, k1), …` as `$N` placeholders from `$first`.
+fn pairs(n: usize, first: usize) -> String {
+    (0..n)
+        .map(|i| format!("(${}, ${})", first + 2 * i, first + 2 * i + 1))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Read and lock (PostgreSQL: `FOR UPDATE`, in key order) every key `groups` change, then
+/// go through the groups in order: a group with a set or delete whose read revision is no
+/// longer the key's is a conflict (its first such key, `BUCKET/KEY`, is returned at its
+/// position) and changes nothing; the others change the keys for the groups after them.
+pub(crate) async fn lock(
+    conn: &mut Conn<'_>,
+    groups: &[&[StateWrite]],
+) -> Result<(Vec<Option<String>>, Locked), QueueError> {
+    let ids: BTreeSet<Id> = groups
+        .iter()
+        .flat_map(|g| g.iter().map(|w| (w.bucket.clone(), w.key.clone())))
+        .collect();
+    let ids: Vec<Id> = ids.into_iter().collect();
+    let mut locked = Locked::default();
+    for chunk in ids.chunks(CHUNK) {
+        let mut text = format!(
+            "SELECT bucket, key, value, revision FROM wharf_state WHERE (bucket, key) IN (VALUES {}) ORDER BY bucket, key",
+            pairs(chunk.len(), 1)
+        );
+        if conn.dialect() == Dialect::Postgres {
+            text.push_str(" FOR UPDATE");
+        }
+        let mut query = conn.query(text);
+        for (bucket, key) in chunk {
+            query = query.bind(bucket.as_str()).bind(key.as_str());
+        }
+        for row in query.fetch_all().await? {
+            let id: Id = (row.get("bucket")?, row.get("key")?);
+            locked
+                .base
+                .insert(id, Some((row.get("value")?, row.get("revision")?)));
+        }
+    }
+    for id in ids {
+        locked.base.entry(id).or_insert(None);
+    }
+    // Walk the groups over a copy: (value, revision) after each applied group.
+    let mut now: BTreeMap<&Id, (Option<Vec<u8>>, i64)> = locked
+        .base
+        .iter()
+        .map(|(id, c)| (id, c.clone().map_or((None, 0), |(v, r)| (Some(v), r))))
+        .collect();
+    let mut conflicts = Vec::with_capacity(groups.len());
+    for group in groups {
+        let conflict = group.iter().find_map(|w| {
+            let id = (w.bucket.clone(), w.key.clone());
+            let (value, revision) = &now[&id];
+            let stale = w.expect.is_some_and(|r| r != *revision);
+            let fails = apply(value.as_deref(), &w.change).is_none();
+            (stale || fails).then(|| format!("{}/{}", w.bucket, w.key))
+        });
+        if conflict.is_none() {
+            for w in group.iter() {
+                let id = (w.bucket.clone(), w.key.clone());
+                let entry = now.get_mut(&id).expect("a locked key");
+                let next = apply(entry.0.as_deref(), &w.change).expect("checked above");
+                *entry = (next, new_revision());
+            }
+        }
+        conflicts.push(conflict);
+    }
+    Ok((conflicts, locked))
+}
+
+/// A new revision: random, never 0 (which stands for an absent key).
+fn new_revision() -> i64 {
+    (rand::random::<u64>() >> 1).max(1) as i64
+}
+
+/// Write what `groups` (the applied ones, in order, none a conflict per [`lock`]) change.
+/// A key [`lock`] found absent that another transaction has written since is
+/// [`QueueError::Conflict`]: the caller rolls back and tries the batch again, which then
+/// finds and locks the row.
+pub(crate) async fn write(
+    conn: &mut Conn<'_>,
+    groups: &[&[StateWrite]],
+    locked: &Locked,
+    now: i64,
+) -> Result<(), QueueError> {
+    let mut last: BTreeMap<&Id, Option<Vec<u8>>> = BTreeMap::new();
+    for group in groups {
+        for w in group.iter() {
+            let id = locked
+                .base
+                .get_key_value(&(w.bucket.clone(), w.key.clone()))
+                .map(|(id, _)| id)
+                .expect("a locked key");
+            let before = match last.get(id) {
+                Some(value) => value.clone(),
+                None => locked.base[id].as_ref().map(|(v, _)| v.clone()),
+            };
+            let next = apply(before.as_deref(), &w.change).ok_or_else(|| {
+                QueueError::Conflict(format!("state of {}/{} changed", w.bucket, w.key))
+            })?;
+            last.insert(id, next);
+        }
+    }
+    let (mut update, mut insert, mut delete) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, value) in &last {
+        match (value, locked.base[*id].is_some()) {
+            (Some(value), true) => update.push((*id, value)),
+            (Some(value), false) => insert.push((*id, value)),
+            (None, true) => delete.push(*id),
+            (None, false) => {}
+        }
+    }
+    upsert(conn, &update, true, now).await?;
+    let inserted = upsert(conn, &insert, false, now).await?;
+    if inserted != insert.len() as u64 {
+        return Err(QueueError::Conflict(
+            "a state key was written by another transaction meanwhile".into(),
+        ));
+    }
+    for chunk in delete.chunks(CHUNK) {
+        let text = format!(
+            "DELETE FROM wharf_state WHERE (bucket, key) IN (VALUES {})",
+            pairs(chunk.len(), 1)
+        );
+        let mut query = conn.query(text);
+        for (bucket, key) in chunk {
+            query = query.bind(bucket.as_str()).bind(key.as_str());
+        }
+        query.execute().await?;
+    }
+    Ok(())
+}
+
+/// Insert `rows`; with `replace`, over the existing ones, otherwise only where absent.
+/// Returns how many rows were written.
+async fn upsert(
+    conn: &mut Conn<'_>,
+    rows: &[(&Id, &Vec<u8>)],
+    replace: bool,
+    now: i64,
+) -> Result<u64, QueueError> {
+    let mut written = 0;
+    for chunk in rows.chunks(CHUNK) {
+        let values = (0..chunk.len())
+            .map(|i| {
+                let p = i * 5;
+                format!(
+                    "(${}, ${}, ${}, ${}, ${})",
+                    p + 1,
+                    p + 2,
+                    p + 3,
+                    p + 4,
+                    p + 5
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let on_conflict = if replace {
+            "DO UPDATE SET value = excluded.value, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms"
+        } else {
+            "DO NOTHING"
+        };
+        let text = format!(
+            "INSERT INTO wharf_state (bucket, key, value, revision, updated_at_ms) VALUES {values} ON CONFLICT (bucket, key) {on_conflict}"
+        );
+        let mut query = conn.query(text);
+        for ((bucket, key), value) in chunk {
+            query = query
+                .bind(bucket.as_str())
+                .bind(key.as_str())
+                .bind(value.as_slice())
+                .bind(new_revision())
+                .bind(now);
+        }
+        written += query.execute().await?;
+    }
+    Ok(written)
+}
+
+/// Delete `bucket`/`key` (an operator's command); returns whether it existed.
+pub(crate) async fn delete(pool: &Pool, bucket: &str, key: &str) -> Result<bool, QueueError> {
+    const DELETE: Sql = Sql::both("DELETE FROM wharf_state WHERE bucket = $1 AND key = $2");
+    Ok(pool.query(&DELETE).bind(bucket).bind(key).execute().await? > 0)
+}
