@@ -27,6 +27,7 @@
 pub mod log;
 mod message;
 mod outbox;
+pub mod state;
 
 pub use message::Message;
 pub use outbox::{EnqueueOptions, EnqueueStatus, enqueue, enqueue_json, enqueue_with};
@@ -37,7 +38,7 @@ pub use outbox::{EnqueueOptions, EnqueueStatus, enqueue, enqueue_json, enqueue_w
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "handler",
+        world: "handler-with-state",
         pub_export_macro: true,
         export_macro_name: "__export_handler_world",
         default_bindings_module: "wharf_guest::bindings",

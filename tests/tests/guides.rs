@@ -69,3 +69,108 @@ async fn the_javascript_guides_handler_runs_as_written() {
     );
     host.shutdown().await;
 }
+
+/// The first ```LANG block after `## State` in `guide` (under `guest-sdk/`).
+fn state_code(guide: &str, lang: &str) -> String {
+    let guide = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../guest-sdk")
+            .join(guide),
+    )
+    .unwrap();
+    let after = guide.split_once("## State").expect("the section").1;
+    let block = after
+        .split_once(&format!("```{lang}\n"))
+        .expect("a code block")
+        .1;
+    block.split_once("```").expect("its end").0.to_string()
+}
+
+/// The state guide's handler in `lang`: a counter per customer and a saga per order, each
+/// change committed with the message's outcome.
+async fn the_state_guide_runs_as_written(
+    lang: Lang,
+    (fixture, built): (&str, &str),
+    guide: &str,
+    block: &str,
+) {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sample-handlers")
+        .join(fixture);
+    assert_eq!(
+        std::fs::read_to_string(source).unwrap(),
+        state_code(guide, block),
+        "the fixture is the guide's code, character for character"
+    );
+    let dir = TestDir::new();
+    dir.deploy_in("orders", lang, built);
+    let host = dir
+        .start("[handlers.orders]\nkeyvalue = [\"orders\"]\n\n[queues.orders]\nhandler = \"orders\"\nmax_attempts = 1\n")
+        .await;
+    for step in ["placed", "paid"] {
+        let event = json!({"customer": "c1", "order": "o-1", "step": step});
+        let key = host.router.enqueue("orders", msg(event)).await.unwrap().key;
+        wait_status(&host, key, Status::Processed, T).await;
+    }
+    let early = json!({"customer": "c2", "order": "o-2", "step": "shipped"});
+    let early = host.router.enqueue("orders", msg(early)).await.unwrap().key;
+    let failed = wait_status(&host, early, Status::Failed, T).await;
+    assert!(
+        failed
+            .last_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("order o-2 is new: it cannot be shipped"),
+        "{:?}",
+        failed.last_error
+    );
+    let read = |key: &'static str| {
+        let store = host.store.clone();
+        async move {
+            let value = store.state_read("orders", key).await.unwrap();
+            value.map(|(v, _)| String::from_utf8(v).unwrap())
+        }
+    };
+    assert_eq!(read("step:o-1").await.as_deref(), Some("paid"));
+    assert_eq!(read("events:c1").await.as_deref(), Some("2"));
+    assert_eq!(
+        read("events:c2").await,
+        None,
+        "the failed event counted nothing"
+    );
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_javascript_state_guide_runs_as_written() {
+    the_state_guide_runs_as_written(
+        Lang::Js,
+        ("js/fixtures/state.js", "state"),
+        "javascript.md",
+        "js",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_state_guide_runs_as_written() {
+    the_state_guide_runs_as_written(
+        Lang::Python,
+        ("python/fixtures/state/app.py", "state"),
+        "python.md",
+        "python",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_state_guide_runs_as_written() {
+    // The Rust guide is the SDK's README; its example is the fixture `state-saga`.
+    the_state_guide_runs_as_written(
+        Lang::Rust,
+        ("fixtures/state-saga/src/lib.rs", "state_saga"),
+        "README.md",
+        "rust",
+    )
+    .await
+}

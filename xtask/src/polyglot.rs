@@ -28,8 +28,34 @@ fn out_dir(lang: &str) -> PathBuf {
     root().join("sample-handlers/target").join(lang)
 }
 
+/// Wharf's WIT folder: `handler.wit`, `state.wit` and the `wasi:keyvalue` WIT in `deps/`.
 fn wit() -> PathBuf {
-    root().join("wit/handler.wit")
+    root().join("wit")
+}
+
+/// The WIT files a handler is built from (a change builds it again).
+fn wit_files() -> Vec<PathBuf> {
+    let mut files = vec![wit().join("handler.wit"), wit().join("state.wit")];
+    if let Ok(deps) = std::fs::read_dir(wit().join("deps/keyvalue")) {
+        files.extend(deps.filter_map(|e| e.ok()).map(|e| e.path()));
+    }
+    files
+}
+
+/// The world a handler targets: `handler-with-state` (key-value state) for a source whose
+/// name starts with `state`, `handler` for the others.
+fn world(source: &Path) -> &'static str {
+    let name = source
+        .parent()
+        .filter(|_| source.ends_with("app.py"))
+        .unwrap_or(source)
+        .file_stem()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    match name.starts_with("state") {
+        true => "handler-with-state",
+        false => "handler",
+    }
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {
@@ -138,7 +164,9 @@ pub fn build_js() -> Result<()> {
         builds.push((source, target, Engine::SpiderMonkey { http: true }));
     }
     for (source, target, engine) in builds {
-        if stale(&target, &[source.clone(), wit(), lock.clone()]) {
+        let mut inputs = wit_files();
+        inputs.extend([source.clone(), lock.clone()]);
+        if stale(&target, &inputs) {
             run(componentize(&project, engine, &source, &target))?;
         }
     }
@@ -171,7 +199,7 @@ fn componentize(project: &Path, engine: Engine, source: &Path, target: &Path) ->
     };
     cmd.arg("--wit")
         .arg(wit())
-        .args(["--world-name", "handler"]);
+        .args(["--world-name", world(source)]);
     match engine {
         Engine::QuickJs => cmd.args(["--backend", "qjs", "--backend-qjs-disable-async"]),
         Engine::SpiderMonkey { http: true } => cmd.args(["-d", "fetch-event"]),
@@ -205,14 +233,16 @@ pub fn build_python() -> Result<()> {
     std::fs::create_dir_all(&out)?;
     for (name, source) in sources(&root().join("sample-handlers/python"), true)? {
         let target = out.join(format!("{name}.wasm"));
-        if !stale(&target, &[source.clone(), wit(), requirements.clone()]) {
+        let mut inputs = wit_files();
+        inputs.extend([source.clone(), requirements.clone()]);
+        if !stale(&target, &inputs) {
             continue;
         }
         let mut build = Command::new(&tool);
         build
             .arg("-d")
             .arg(wit())
-            .args(["-w", "handler", "componentize", "app", "-o"])
+            .args(["-w", world(&source), "componentize", "app", "-o"])
             .arg(&target)
             .current_dir(source.parent().expect("NAME/app.py"));
         run(build)?;

@@ -19,6 +19,32 @@ pub enum Lang {
 
 const WIT: &str = include_str!("../../../wit/handler.wit");
 
+/// The rest of the WIT folder: the world with key-value state and the `wasi:keyvalue` WIT
+/// it imports (the SDK builds against that world; JavaScript and Python projects may too).
+const WIT_STATE: [(&str, &str); 6] = [
+    ("wit/state.wit", include_str!("../../../wit/state.wit")),
+    (
+        "wit/deps/keyvalue/store.wit",
+        include_str!("../../../wit/deps/keyvalue/store.wit"),
+    ),
+    (
+        "wit/deps/keyvalue/atomic.wit",
+        include_str!("../../../wit/deps/keyvalue/atomic.wit"),
+    ),
+    (
+        "wit/deps/keyvalue/batch.wit",
+        include_str!("../../../wit/deps/keyvalue/batch.wit"),
+    ),
+    (
+        "wit/deps/keyvalue/watch.wit",
+        include_str!("../../../wit/deps/keyvalue/watch.wit"),
+    ),
+    (
+        "wit/deps/keyvalue/world.wit",
+        include_str!("../../../wit/deps/keyvalue/world.wit"),
+    ),
+];
+
 /// Every file of a project in `lang`: (path, content, executable).
 fn files(lang: Lang) -> Vec<(&'static str, &'static str, bool)> {
     match lang {
@@ -60,6 +86,11 @@ fn files(lang: Lang) -> Vec<(&'static str, &'static str, bool)> {
             (
                 "wharf-guest/src/outbox.rs",
                 include_str!("../../../guest-sdk/src/outbox.rs"),
+                false,
+            ),
+            (
+                "wharf-guest/src/state.rs",
+                include_str!("../../../guest-sdk/src/state.rs"),
                 false,
             ),
         ],
@@ -125,6 +156,7 @@ pub fn write_project(name: &str, lang: Lang, dir: &Path) -> anyhow::Result<PathB
     );
     let mut all = files(lang);
     all.push(("wit/handler.wit", WIT, false));
+    all.extend(WIT_STATE.iter().map(|(path, text)| (*path, *text, false)));
     for (path, content, executable) in all {
         let target = dir.join(path);
         if let Some(parent) = target.parent() {

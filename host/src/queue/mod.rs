@@ -42,7 +42,7 @@ pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
 pub use postgres::VACUUM_AFTER_LEASES;
 pub(crate) use sqlite::sqlite_options;
-pub use state::{Committed, StateChange, StateWrite};
+pub use state::{Committed, StateChange, StateWrite, counter_bytes, counter_value};
 pub use status::Status;
 pub use store::SqlStore;
 pub use types::{

@@ -36,6 +36,19 @@ pub struct StateWrite {
     pub expect: Option<i64>,
 }
 
+/// A counter's value as stored: its decimal digits.
+pub fn counter_bytes(value: u64) -> Vec<u8> {
+    value.to_string().into_bytes()
+}
+
+/// A stored value read as a counter; `None` when it is not one.
+pub fn counter_value(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
 /// One key's committed value, as [`read`] returns it: the value and its revision.
 pub type Committed = (Vec<u8>, i64);
 
@@ -47,6 +60,9 @@ const READ: Sql =
 
 const KEYS: Sql =
     Sql::both("SELECT key FROM wharf_state WHERE bucket = $1 ORDER BY key LIMIT $2 OFFSET $3");
+
+/// On SQLite, the transaction's write lock, taken before the reads it decides on.
+const TAKE_WRITE_LOCK: &str = "DELETE FROM wharf_state WHERE 0 = 1";
 
 /// Keys per statement (five parameters a row at most).
 const CHUNK: usize = 1000;
@@ -99,10 +115,10 @@ fn apply(before: Option<&[u8]>, change: &StateChange) -> Option<Option<Vec<u8>>>
         StateChange::Delete => None,
         StateChange::Add(delta) => {
             let base = match before {
-                Some(bytes) => crate::runtime::counter_value(bytes)?,
+                Some(bytes) => counter_value(bytes)?,
                 None => 0,
             };
-            Some(crate::runtime::counter_bytes(base.checked_add(*delta)?))
+            Some(counter_bytes(base.checked_add(*delta)?))
         }
     })
 }
@@ -128,6 +144,11 @@ pub(crate) async fn lock(
         .flat_map(|g| g.iter().map(|w| (w.bucket.clone(), w.key.clone())))
         .collect();
     let ids: Vec<Id> = ids.into_iter().collect();
+    if conn.dialect() == Dialect::Sqlite {
+        // A deferred transaction that reads first cannot take the write lock later if another
+        // connection wrote meanwhile: take it now (a write statement takes it, rows or not).
+        conn.query(TAKE_WRITE_LOCK).execute().await?;
+    }
     let mut locked = Locked::default();
     for chunk in ids.chunks(CHUNK) {
         let mut text = format!(

@@ -29,5 +29,4 @@ pub use outbound::{BadOutboundHost, OutboundHost};
 pub use registry::{DeployError, Grants, HandlerRegistry, LoadOutcome, LoadedHandler, Origin};
 pub use state::{
     MAX_STATE_KEY_BYTES, MAX_STATE_VALUE_BYTES, MAX_STATE_WRITES, StateCall, StateError, StateRead,
-    counter_bytes, counter_value,
 };

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use crate::queue::{QueueError, QueueStore, StateChange, StateWrite};
+use crate::queue::{QueueError, QueueStore, StateChange, StateWrite, counter_bytes, counter_value};
 
 /// Longest key, in bytes.
 pub const MAX_STATE_KEY_BYTES: usize = 512;
@@ -112,19 +112,6 @@ pub struct StateRead {
     pub key: String,
     /// The committed value (`None`: absent).
     pub value: Option<Vec<u8>>,
-}
-
-/// A counter's value as stored: its decimal digits.
-pub fn counter_bytes(value: u64) -> Vec<u8> {
-    value.to_string().into_bytes()
-}
-
-/// A stored value read as a counter; `None` when it is not one.
-pub fn counter_value(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
 impl StateCall {

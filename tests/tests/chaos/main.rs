@@ -2,7 +2,8 @@
 //! `flaky` fixture echoing each message's `n` into the SQL queue `replies` — a follow-up,
 //! committed with the outcome of the run that sent it — or, in the `into_broker` rows, into
 //! `replies` on a broker through the outbox, echoed once more from there into the SQL queue
-//! `echoes`), while a `wharf run` process is crashed, stopped, or cut off from its store.
+//! `echoes`; in the `state` rows the `kv-state` fixture also increments a key-value counter
+//! per message), while a `wharf run` process is crashed, stopped, or cut off from its store.
 //! Each case reports lost messages (must be 0), duplicate follow-ups (must be 0 from a SQL
 //! queue, and from a broker with the SQL inbox or with MessageIds), the time processing took
 //! to resume once the fault ended, and whether `/readyz` went red during the fault and green
@@ -145,7 +146,7 @@ async fn case(backend: Backend, fault: Fault, shape: Shape) {
     wharf_tests::init_logging();
     let total = messages();
     let dir = TestDir::new();
-    dir.deploy("work", "flaky");
+    dir.deploy("work", if shape.state { "kv_state" } else { "flaky" });
     let mut setup = Setup::new(backend, &dir, shape).await;
     let mut host = spawn_wharf(dir.dir.path());
     wait_ready(
@@ -240,6 +241,14 @@ async fn case(backend: Backend, fault: Fault, shape: Shape) {
             "follow-ups with the SQL inbox exist exactly once"
         );
     }
+    if shape.state {
+        // Key-value changes commit with the outcome (and the inbox record or commit mark).
+        assert_eq!(
+            setup.counter().await,
+            total,
+            "the state counter counts each message once"
+        );
+    }
     if shape.ids {
         // Without the inbox, the commit mark of a delivery's MessageId: a redelivery of a
         // committed success runs again and commits nothing.
@@ -294,6 +303,9 @@ fn row_name(backend: Backend, shape: Shape) -> String {
         name.push_str(", SQL inbox");
     } else if shape.ids {
         name.push_str(", MessageIds");
+    }
+    if shape.state {
+        name.push_str(", key-value state");
     }
     if shape.into_broker {
         name.push_str(match backend {
@@ -366,4 +378,9 @@ matrix! {
     kafka_kill_inbox_into_broker: Backend::Kafka, Fault::Kill, inbox, into_broker;
     servicebus_kill_inbox_into_broker: Backend::ServiceBus, Fault::Kill, inbox, into_broker;
     redis_kill_into_broker: Backend::Redis, Fault::Kill, into_broker;
+    sqlite_kill_state: Backend::Sqlite, Fault::Kill, state;
+    postgres_kill_state: Backend::Postgres, Fault::Kill, state;
+    kafka_kill_inbox_state: Backend::Kafka, Fault::Kill, inbox, state;
+    rabbitmq_kill_inbox_state: Backend::RabbitMq, Fault::Kill, inbox, state;
+    rabbitmq_kill_ids_state: Backend::RabbitMq, Fault::Kill, ids, state;
 }

@@ -66,6 +66,10 @@ pub struct Shape {
     /// echoes each into the SQL queue `echoes`, where the case counts them: two hops, each
     /// exactly once when the relay's repeats keep their MessageId.
     pub into_broker: bool,
+    /// The handler (the `kv-state` fixture) also increments the key-value counter
+    /// `counters/total` per message, committed with the outcome: it must end equal to the
+    /// message count.
+    pub state: bool,
 }
 
 impl Shape {
@@ -128,8 +132,12 @@ impl Setup {
                 wharf_tests::unique_prefix("chaos-target")
             ),
         };
+        let grants = match shape.state {
+            true => "[handlers.work]\nkeyvalue = [\"counters\"]\n\n",
+            false => "",
+        };
         let text = format!(
-            "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{WORK}{with_inbox}{external}\n{replies}"
+            "[host]\nadmin_listen = \"{admin}\"\nmax_instances = 64\ndeploy_debounce = \"50ms\"\nshutdown_grace = \"5s\"\n\n[storage]\n{storage}\n\n{grants}{WORK}{with_inbox}{external}\n{replies}"
         );
         std::fs::write(dir.path("wharf.toml"), text).unwrap();
         let store = match &postgres {
@@ -178,10 +186,10 @@ impl Setup {
     pub fn enqueue(&self, dir: &TestDir, total: u64) {
         let lines: String = (0..total)
             .map(|n| {
-                let next = if self.shape.into_broker {
-                    ",\"next_reply_to\":\"echoes\""
-                } else {
-                    ""
+                let next = match (self.shape.into_broker, self.shape.state) {
+                    (true, _) => ",\"next_reply_to\":\"echoes\"",
+                    (false, true) => ",\"incr\":[\"total\"]",
+                    (false, false) => "",
                 };
                 format!("{{\"n\":{n},\"id\":\"m-{n}\",\"reply_to\":\"replies\"{next},\"sleep_ms\":10}}\n")
             })
@@ -227,6 +235,13 @@ impl Setup {
                     .expect("the echoed n")
             }));
         }
+    }
+
+    /// The key-value counter `counters/total` (absent: 0).
+    pub async fn counter(&self) -> u64 {
+        let read = self.store.state_read("counters", "total").await;
+        read.expect("reading the counter")
+            .map_or(0, |(v, _)| String::from_utf8(v).unwrap().parse().unwrap())
     }
 
     /// Whether nothing of `work` is left pending, leased or failed.

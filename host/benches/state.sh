@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Drain of N messages whose handler (the `kv-state` fixture) increments one of 1,000
+# key-value counters each (STATE=1), against the same drain without state (STATE=0: the
+# handler opens no bucket). DB=postgres (default) or DB=sqlite. Alternate both to compare:
+#   WHARF=path/to/wharf KV=sample-handlers/target/wasm32-wasip2/release/kv_state.wasm \
+#     N=20000 STATE=1 DB=postgres host/benches/state.sh
+set -uo pipefail
+WHARF=${WHARF:?}; KV=${KV:?}; N=${N:-20000}; STATE=${STATE:-1}; DB=${DB:-postgres}
+PG=postgres://postgres@127.0.0.1:5432/test
+now() { date +%s.%N; }
+d=$(mktemp -d); mkdir -p "$d/handlers"; cp "$KV" "$d/handlers/kv.wasm"
+tag=s$$_$RANDOM; schema=wharf_st_$tag
+if [ "$DB" = postgres ]; then storage="url = \"$PG\"
+schema = \"$schema\"
+max_connections = 16"; else storage='url = "sqlite://wharf.db"'; fi
+cat > "$d/wharf.toml" <<TOML
+[host]
+admin_listen = "127.0.0.1:19803"
+[storage]
+$storage
+[handlers.kv]
+keyvalue = ["counters"]
+[queues.bench]
+handler = "kv"
+TOML
+if [ "$STATE" = 1 ]; then
+  seq 1 "$N" | awk '{printf "{\"incr\":[\"k-%d\"]}\n",$1%1000}' > "$d/m.jsonl"
+else
+  seq 1 "$N" | awk '{printf "{\"n\":%d}\n",$1}' > "$d/m.jsonl"
+fi
+(cd "$d" && "$WHARF" enqueue bench --file m.jsonl >/dev/null 2>"$d/enq.err") || { echo "enqueue failed: $(tail -2 $d/enq.err)"; exit 1; }
+count() {
+  if [ "$DB" = postgres ]; then psql -qtA "$PG" -c "select count(*) from $schema.messages where queue='bench' and status<>'processed'" 2>/dev/null
+  else sqlite3 "$d/wharf.db" "select count(*) from messages where queue='bench' and status<>'processed'" 2>/dev/null; fi
+}
+(cd "$d" && exec "$WHARF" run >"$d/run.log" 2>&1) & pid=$!
+hi=$((N*99/100)); lo=$((N/100)); ts=""; te=""
+for i in $(seq 1 6000); do
+  r=$(count); [ -z "$r" ] && r=$N
+  done_n=$((N - r)); t=$(now)
+  [ -z "$ts" ] && [ $done_n -ge $lo ] && { ts=$t; ns=$done_n; }
+  [ -n "$ts" ] && [ $done_n -ge $hi ] && { te=$t; ne=$done_n; break; }
+  sleep 0.05
+done
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+rate=$(echo "($ne - $ns) / ($te - $ts)" | bc -l)
+printf "db=%s state=%s N=%d drain %.0f msg/s\n" "$DB" "$STATE" "$N" "$rate"
+[ "$DB" = postgres ] && psql -qtA "$PG" -c "drop schema if exists $schema cascade" >/dev/null 2>&1
+rm -rf "$d"
