@@ -86,7 +86,11 @@ handler = "flaky"
         let processed = m
             .get(r#"wharf_queue_messages{queue="work",status="processed"}"#)
             .copied();
-        (processed == Some(7.0)).then_some(m)
+        let failed = m
+            .get(r#"wharf_queue_messages{queue="work",status="failed"}"#)
+            .copied();
+        // One sampling pass after every settlement (a pass may fall between them).
+        (processed == Some(7.0) && failed == Some(3.0)).then_some(m)
     })
     .await;
     let messages = |outcome: &str| {
