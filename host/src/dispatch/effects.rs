@@ -14,8 +14,8 @@ use super::{Shared, Source};
 use crate::headers::SEND_NOW;
 use crate::inbox::InboxKey;
 use crate::queue::{
-    CommitMark, EnqueueStatus, Enqueued, FollowUp, InboxRow, InboxWrite, NewMessage, QueueError,
-    StateWrite,
+    CommitMark, EffectsCommit, EnqueueStatus, Enqueued, FollowUp, InboxRow, InboxWrite, NewMessage,
+    QueueError, StateWrite,
 };
 use crate::runtime::{EnqueueError, Enqueuer, Staged};
 
@@ -221,33 +221,28 @@ pub(crate) async fn commit<S: Source>(
         queue: shared.pipeline.name.to_string(),
         delivery,
     });
-    let committed = if state.is_empty() {
-        shared
-            .pipeline
-            .enqueuer
-            .commit(write.as_ref(), mark.as_ref(), &follow_ups)
-            .await
-            .map_err(|e| {
-                CommitError::Failed(format!("committing the handler's follow-ups failed: {e}"))
-            })?
-    } else {
-        // Key-value changes commit in the queue database with everything else.
-        let committed = shared
-            .pipeline
-            .state
-            .commit_follow_ups(write.as_ref(), mark.as_ref(), &follow_ups, &state)
-            .await
-            .map_err(|e| match e {
-                QueueError::StateConflict(key) => CommitError::StateConflict(key),
-                e => CommitError::Failed(format!("committing the handler's effects failed: {e}")),
-            })?;
-        if committed {
-            for follow_up in &follow_ups {
-                shared.pipeline.enqueuer.ready(&follow_up.queue);
-            }
-        }
-        committed
+    // Committed with the queue's other deliveries that succeed at the same time.
+    let targets: Vec<String> = follow_ups.iter().map(|f| f.queue.clone()).collect();
+    let effects = EffectsCommit {
+        inbox: write.clone(),
+        mark,
+        follow_ups,
+        state,
     };
+    let committed = shared
+        .pipeline
+        .committer
+        .commit(effects)
+        .await
+        .map_err(|e| match e {
+            QueueError::StateConflict(key) => CommitError::StateConflict(key),
+            e => CommitError::Failed(format!("committing the handler's effects failed: {e}")),
+        })?;
+    if committed {
+        for queue in &targets {
+            shared.pipeline.enqueuer.ready(queue);
+        }
+    }
     if !committed {
         tracing::info!(queue = %shared.pipeline.name, "the follow-ups of this delivery were committed by an earlier delivery of the message; not again");
     }

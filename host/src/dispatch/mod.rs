@@ -14,6 +14,7 @@
 
 mod ahead;
 mod broker;
+pub mod commit_group;
 mod deliver;
 mod effects;
 mod outcome;
@@ -200,6 +201,8 @@ pub struct Pipeline {
     pub enqueuer: Arc<dyn Enqueuer>,
     /// Where handlers' key-value state is read (the SQL store).
     pub state: Arc<dyn QueueStore>,
+    /// Where a broker message's effects commit, with the queue's others at the same time.
+    pub committer: Arc<commit_group::CommitGroup>,
     /// The consumer inbox of this queue's endpoint, when enabled.
     pub inbox: Option<InboxBinding>,
     /// The queue's handler-call slots (`concurrency` of them), shared by every source of
@@ -212,6 +215,12 @@ impl Pipeline {
     /// `concurrency` bounds its handler calls whatever source they came from.
     pub fn slots_for(config: &QueueConfig) -> Arc<Semaphore> {
         Arc::new(Semaphore::new(config.concurrency as usize))
+    }
+
+    /// The group commit of a queue's broker-message effects on `store`: one for all of the
+    /// queue's sources.
+    pub fn committer_for(store: Arc<dyn QueueStore>) -> Arc<commit_group::CommitGroup> {
+        commit_group::CommitGroup::new(store)
     }
 }
 

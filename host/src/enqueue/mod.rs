@@ -23,9 +23,7 @@ use crate::headers::DEFERRED_PUBLISH as DEFERRED_PUBLISH_HEADER;
 pub use crate::runtime::{EnqueueError, Enqueuer, Staged};
 
 use crate::queue::limits;
-use crate::queue::{
-    CommitMark, Enqueued, FollowUp, InboxWrite, NewMessage, OutboxEntry, QueueStore, now_ms,
-};
+use crate::queue::{Enqueued, FollowUp, NewMessage, OutboxEntry, QueueStore, now_ms};
 
 /// Most envelopes per publish call to a provider.
 const PUBLISH_BATCH: usize = 500;
@@ -325,25 +323,6 @@ impl Enqueuer for QueueRouter {
             idempotent: route.idempotent,
             outbox,
         }))
-    }
-
-    async fn commit(
-        &self,
-        inbox: Option<&InboxWrite>,
-        mark: Option<&CommitMark>,
-        follow_ups: &[FollowUp],
-    ) -> Result<bool, EnqueueError> {
-        if !self
-            .store
-            .commit_follow_ups(inbox, mark, follow_ups, &[])
-            .await?
-        {
-            return Ok(false);
-        }
-        for follow_up in follow_ups {
-            Enqueuer::ready(self, &follow_up.queue);
-        }
-        Ok(true)
     }
 
     fn ready(&self, queue: &str) {

@@ -55,6 +55,7 @@ impl QueueWiring<'_> {
         let inbox = self.inbox(name, queue, background);
         // One set of handler-call slots for the queue, whatever source a message came from.
         let slots = Pipeline::slots_for(queue);
+        let committer = Pipeline::committer_for(self.store.clone());
         let pipeline = |inbox: Option<InboxBinding>| Pipeline {
             name: Arc::from(name),
             config: queue.clone(),
@@ -62,6 +63,7 @@ impl QueueWiring<'_> {
             registry: self.registry.clone(),
             enqueuer: self.router.clone(),
             state: self.store.clone(),
+            committer: committer.clone(),
             inbox,
             slots: slots.clone(),
         };

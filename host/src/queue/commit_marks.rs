@@ -5,6 +5,7 @@
 //! still exist once. Marks expire after [`MARK_RETENTION_MS`]; expired ones are deleted by
 //! the commits themselves, at most once a minute per process.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::sql::{Conn, Sql};
@@ -33,25 +34,63 @@ pub struct CommitMark {
     pub delivery: String,
 }
 
-/// A new mark, or an expired one taken over; a live mark stays as it is.
-const MARK: Sql = Sql::both(
-    "INSERT INTO wharf_follow_up_commits (queue, delivery, expires_at_ms) VALUES ($1, $2, $3) \
-     ON CONFLICT (queue, delivery) DO UPDATE SET expires_at_ms = excluded.expires_at_ms \
-     WHERE wharf_follow_up_commits.expires_at_ms <= $4",
-);
-
 const SWEEP: Sql = Sql::both(
     "DELETE FROM wharf_follow_up_commits WHERE (queue, delivery) IN \
      (SELECT queue, delivery FROM wharf_follow_up_commits WHERE expires_at_ms <= $1 LIMIT $2)",
 );
 
-/// Write `mark` on `conn`, in the caller's transaction. False when the delivery's follow-ups
-/// were committed before (a live mark exists): the caller then writes nothing.
-pub(crate) async fn mark(
+/// Write `marks` (distinct) on `conn`, in the caller's transaction; returns the ones that are
+/// new (or took over an expired mark): the others' deliveries were committed before.
+pub(crate) async fn mark_many(
     conn: &mut Conn<'_>,
-    mark: &CommitMark,
+    marks: &[&CommitMark],
     now: i64,
-) -> Result<bool, QueueError> {
+) -> Result<HashSet<(String, String)>, QueueError> {
+    let mut new = HashSet::new();
+    if marks.is_empty() {
+        return Ok(new);
+    }
+    sweep(conn, now).await?;
+    for chunk in marks.chunks(1000) {
+        let values = (0..chunk.len())
+            .map(|i| format!("(${}, ${}, ${})", 3 * i + 2, 3 * i + 3, 3 * i + 4))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = format!(
+            "INSERT INTO wharf_follow_up_commits (queue, delivery, expires_at_ms) VALUES {values} \
+             ON CONFLICT (queue, delivery) DO UPDATE SET expires_at_ms = excluded.expires_at_ms \
+             WHERE wharf_follow_up_commits.expires_at_ms <= $1 RETURNING queue, delivery"
+        );
+        let mut query = conn.query(text).bind(now);
+        for mark in chunk {
+            query = query
+                .bind(mark.queue.as_str())
+                .bind(mark.delivery.as_str())
+                .bind(now + MARK_RETENTION_MS);
+        }
+        for row in query.fetch_all().await? {
+            new.insert((row.get("queue")?, row.get("delivery")?));
+        }
+    }
+    Ok(new)
+}
+
+/// Remove `marks` (of commits that were left out after all), in the caller's transaction.
+pub(crate) async fn unmark(conn: &mut Conn<'_>, marks: &[&CommitMark]) -> Result<(), QueueError> {
+    const UNMARK: Sql =
+        Sql::both("DELETE FROM wharf_follow_up_commits WHERE queue = $1 AND delivery = $2");
+    for mark in marks {
+        conn.query(&UNMARK)
+            .bind(mark.queue.as_str())
+            .bind(mark.delivery.as_str())
+            .execute()
+            .await?;
+    }
+    Ok(())
+}
+
+/// Delete expired marks, at most once a minute per process.
+async fn sweep(conn: &mut Conn<'_>, now: i64) -> Result<(), QueueError> {
     let last = LAST_SWEEP_MS.load(Ordering::Relaxed);
     if now - last >= SWEEP_EVERY_MS
         && LAST_SWEEP_MS
@@ -64,13 +103,5 @@ pub(crate) async fn mark(
             .execute()
             .await?;
     }
-    let written = conn
-        .query(&MARK)
-        .bind(mark.queue.as_str())
-        .bind(mark.delivery.as_str())
-        .bind(now + MARK_RETENTION_MS)
-        .bind(now)
-        .execute()
-        .await?;
-    Ok(written == 1)
+    Ok(())
 }

@@ -48,8 +48,13 @@ pub struct InboxWrite {
 
 /// The inbox records of a settlement batch, merged into one write per (table, retention).
 pub(crate) fn inbox_writes(settlements: &[Settlement]) -> Vec<InboxWrite> {
+    merged(settlements.iter().filter_map(|s| s.inbox.as_ref()))
+}
+
+/// `writes` merged into one write per (table, retention).
+pub(crate) fn merged<'w>(all: impl IntoIterator<Item = &'w InboxWrite>) -> Vec<InboxWrite> {
     let mut writes: Vec<InboxWrite> = Vec::new();
-    for write in settlements.iter().filter_map(|s| s.inbox.as_ref()) {
+    for write in all {
         match writes
             .iter_mut()
             .find(|w| w.table == write.table && w.retention_ms == write.retention_ms)

@@ -8,6 +8,7 @@
 
 mod backoff;
 mod commit_marks;
+mod effects;
 pub(crate) mod enqueue;
 mod follow_ups;
 mod inbox_records;
@@ -34,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use backoff::Backoff;
 pub use commit_marks::{CommitMark, MARK_RETENTION_MS};
+pub use effects::{CommitResult, EffectsCommit};
 pub use follow_ups::FollowUp;
 pub(crate) use inbox_records::inbox_writes;
 pub use inbox_records::{InboxRow, InboxWrite, inbox_hash, record};
@@ -239,19 +241,16 @@ pub trait QueueStore: Send + Sync + 'static {
     /// when it is applied (never again when a retried batch finds it applied already).
     async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, QueueError>;
 
-    /// Commit the effects of a successful delivery that is settled elsewhere (a broker
-    /// message, acknowledged after this returns): its inbox records (`inbox`, a table of this
-    /// database) and its follow-ups, in one transaction. With `mark`, nothing is written when
-    /// the same delivery's follow-ups were committed before: returns false then. Its key-value
-    /// `state` changes commit in the same transaction; a state conflict (a key it read and
-    /// then set was changed meanwhile) commits nothing and is [`QueueError::StateConflict`].
-    async fn commit_follow_ups(
+    /// Commit the effects of successful deliveries that are settled elsewhere (broker
+    /// messages, acknowledged after this returns), together in one transaction: each one's
+    /// inbox records (a table of this database), follow-ups and key-value changes. One per
+    /// commit: `Ok(true)` committed; `Ok(false)` its mark existed (committed before: nothing
+    /// again); `Err(StateConflict)` a key it read and then set was changed meanwhile (nothing
+    /// of it committed). `Err` of the whole: none was committed.
+    async fn commit_effects(
         &self,
-        inbox: Option<&InboxWrite>,
-        mark: Option<&CommitMark>,
-        follow_ups: &[FollowUp],
-        state: &[StateWrite],
-    ) -> Result<bool, QueueError>;
+        commits: &[EffectsCommit],
+    ) -> Result<Vec<CommitResult>, QueueError>;
 
     /// Handle messages whose lease expired: with `retry_abandoned`, back to pending (failed
     /// when they used their last attempt), otherwise failed. A newer version waiting for

@@ -15,11 +15,10 @@ use super::prepared::Prepared;
 use super::rows::leased_in_order;
 use super::statements::{self, ABANDONED, APPLY_NEXT, EXPIRE};
 use super::{
-    BlockedSession, CommitMark, Committed, Enqueued, FollowUp, HistoryEntry, InboxProbe,
-    InboxWrite, LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError,
-    QueueStore, Retention, Selector, SettleResult, Settlement, StateWrite, Status, StoredMessage,
-    WakeFn, commit_marks, follow_ups, manage, now_ms, outbox, postgres, sessions, settle, sqlite,
-    state,
+    BlockedSession, CommitResult, Committed, EffectsCommit, Enqueued, HistoryEntry, InboxProbe,
+    LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError, QueueStore,
+    Retention, Selector, SettleResult, Settlement, Status, StoredMessage, WakeFn, effects,
+    follow_ups, manage, now_ms, outbox, postgres, sessions, settle, sqlite, state,
 };
 use crate::sql::{Dialect, Pool};
 
@@ -320,43 +319,25 @@ impl QueueStore for SqlStore {
         Ok(settled.results)
     }
 
-    async fn commit_follow_ups(
+    async fn commit_effects(
         &self,
-        inbox: Option<&InboxWrite>,
-        mark: Option<&CommitMark>,
-        follow_ups: &[FollowUp],
-        state: &[StateWrite],
-    ) -> Result<bool, QueueError> {
+        commits: &[EffectsCommit],
+    ) -> Result<Vec<CommitResult>, QueueError> {
         let mut tries = 0;
         loop {
             tries += 1;
             let now = now_ms();
             let mut tx = self.settlements.begin().await?;
-            let mut conn = tx.conn();
-            if let Some(mark) = mark
-                && !commit_marks::mark(&mut conn, mark, now).await?
-            {
-                // Committed by an earlier delivery of the same message: nothing again.
-                return Ok(false);
-            }
-            if !state.is_empty() {
-                let (conflicts, locked) = state::lock(&mut conn, &[state]).await?;
-                if let Some(key) = conflicts.into_iter().flatten().next() {
-                    return Err(QueueError::StateConflict(key));
-                }
-                match state::write(&mut conn, &[state], &locked, now).await {
-                    // A key written by another transaction since it was found absent.
-                    Err(QueueError::Conflict(_)) if tries < settle::STATE_TRIES => continue,
-                    other => other?,
+            match effects::commit_many(&mut tx.conn(), commits, now).await {
+                // A key written by another transaction since it was found absent.
+                Err(QueueError::Conflict(_)) if tries < settle::STATE_TRIES => continue,
+                done => {
+                    let (results, written) = done?;
+                    tx.commit().await?;
+                    self.committed(&written).await;
+                    return Ok(results);
                 }
             }
-            if let Some(write) = inbox {
-                super::record(&mut conn, write).await?;
-            }
-            let written = follow_ups::write(&mut conn, follow_ups, now).await?;
-            tx.commit().await?;
-            self.committed(&written).await;
-            return Ok(true);
         }
     }
 

@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 
 use crate::queue::limits::LimitError;
-use crate::queue::{CommitMark, Enqueued, FollowUp, InboxWrite, NewMessage, QueueError};
+use crate::queue::{Enqueued, FollowUp, NewMessage, QueueError};
 
 /// Why a message was not enqueued.
 #[derive(Debug, thiserror::Error)]
@@ -82,21 +82,6 @@ pub trait Enqueuer: Send + Sync + 'static {
     fn stage(&self, queue: &str, message: NewMessage) -> Result<Staged, EnqueueError> {
         let _ = queue;
         Ok(Staged::Now(message))
-    }
-
-    /// Commit the effects of a success that its source settles outside the SQL store (a
-    /// broker message): `inbox` records and `follow_ups`, in one transaction. With `mark`, a
-    /// delivery whose follow-ups were committed before commits nothing (returns false).
-    async fn commit(
-        &self,
-        inbox: Option<&InboxWrite>,
-        mark: Option<&CommitMark>,
-        follow_ups: &[FollowUp],
-    ) -> Result<bool, EnqueueError> {
-        let _ = (inbox, mark, follow_ups);
-        Err(EnqueueError::Store(QueueError::Conflict(
-            "this enqueuer keeps no follow-ups".into(),
-        )))
     }
 
     /// A message of `queue` became ready in this process (a follow-up was committed).
