@@ -255,6 +255,31 @@ pub fn msg(payload: serde_json::Value) -> NewMessage {
     }
 }
 
+/// Where a test host keeps its queues: the directory's SQLite, or a fresh schema of the
+/// shared PostgreSQL.
+#[derive(Debug, Clone, Copy)]
+pub enum Db {
+    /// `wharf.db` in the test directory.
+    Sqlite,
+    /// A schema of its own on the shared PostgreSQL.
+    Postgres,
+}
+
+impl TestDir {
+    /// Write the config with `queues` and start a host on `db` (the schema, for PostgreSQL,
+    /// lives as long as the returned value).
+    pub async fn start_on(&self, db: Db, queues: &str) -> (Option<PgSchema>, RunningHost) {
+        match db {
+            Db::Sqlite => (None, self.start(queues).await),
+            Db::Postgres => {
+                let schema = PgSchema::new();
+                let host = self.start_postgres(&schema, "50ms", queues).await;
+                (Some(schema), host)
+            }
+        }
+    }
+}
+
 /// Poll `check` every 20 ms until it returns `Some`, or panic after `timeout` with `what`.
 pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, check: F) -> T
 where

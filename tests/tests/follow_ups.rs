@@ -10,7 +10,7 @@ use serde_json::json;
 use wharf_host::RunningHost;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{PgSchema, TestDir, messages, msg, replies_by_n, wait_status};
+use wharf_tests::{Db, PgSchema, TestDir, messages, msg, replies_by_n, wait_status};
 
 const T: Duration = Duration::from_secs(30);
 
@@ -35,27 +35,12 @@ concurrency = 8
 handler = "not-deployed"
 "#;
 
-/// Where the host keeps its queues.
-#[derive(Clone, Copy)]
-enum Db {
-    Sqlite,
-    Postgres,
-}
-
+/// A host on `db` with the `flaky` guest deployed.
 async fn start(db: Db) -> (TestDir, Option<PgSchema>, RunningHost) {
     let dir = TestDir::new();
     dir.deploy("flaky", "flaky");
-    match db {
-        Db::Sqlite => {
-            let host = dir.start(QUEUES).await;
-            (dir, None, host)
-        }
-        Db::Postgres => {
-            let schema = PgSchema::new();
-            let host = dir.start_postgres(&schema, "50ms", QUEUES).await;
-            (dir, Some(schema), host)
-        }
-    }
+    let (schema, host) = dir.start_on(db, QUEUES).await;
+    (dir, schema, host)
 }
 
 async fn enqueue(host: &RunningHost, queue: &str, payload: serde_json::Value) -> i64 {

@@ -10,7 +10,7 @@ use serde_json::json;
 use wharf_host::RunningHost;
 use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
-use wharf_tests::{PgSchema, TestDir, msg, wait_status};
+use wharf_tests::{Db, PgSchema, TestDir, msg, wait_status};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -34,27 +34,13 @@ max_attempts = 1
 keyvalue = ["counters", "customers"]
 "#;
 
-#[derive(Clone, Copy)]
-enum Db {
-    Sqlite,
-    Postgres,
-}
-
+/// A host on `db` with the `kv-state` guest deployed as `kv` and `ungranted`.
 async fn start(db: Db) -> (TestDir, Option<PgSchema>, RunningHost) {
     let dir = TestDir::new();
     dir.deploy("kv", "kv_state");
     dir.deploy("ungranted", "kv_state");
-    match db {
-        Db::Sqlite => {
-            let host = dir.start(QUEUES).await;
-            (dir, None, host)
-        }
-        Db::Postgres => {
-            let schema = PgSchema::new();
-            let host = dir.start_postgres(&schema, "50ms", QUEUES).await;
-            (dir, Some(schema), host)
-        }
-    }
+    let (schema, host) = dir.start_on(db, QUEUES).await;
+    (dir, schema, host)
 }
 
 async fn enqueue(host: &RunningHost, queue: &str, payload: serde_json::Value) -> i64 {
