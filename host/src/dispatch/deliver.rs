@@ -4,6 +4,7 @@
 //! attempt, never a duplicate.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -374,9 +375,19 @@ async fn finish_then<S: Source>(
             .acquire_owned()
             .await
             .expect("semaphore never closed");
+        // The outcome takes its place in the source's settlement line (the first poll hands
+        // it over) before the slot goes to the next message: so one slot's outcomes, and
+        // their follow-ups, are written in the order the handler ran them, even when this
+        // thread is descheduled right after the slot is given back.
+        let mut settle = std::pin::pin!(settling.source.settle(handle, verdict));
+        let first = std::future::poll_fn(|cx| Poll::Ready(settle.as_mut().poll(cx))).await;
         drop(permit);
+        let settled = match first {
+            Poll::Ready(settled) => settled,
+            Poll::Pending => settle.await,
+        };
         let p = &settling.pipeline;
-        match settling.source.settle(handle, verdict).await {
+        match settled {
             Settled::Applied => settling.state_conflicts.settled(&after.delivery),
             Settled::NotApplied => return,
             Settled::StateConflict(key) => {
