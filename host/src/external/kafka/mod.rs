@@ -33,7 +33,7 @@ mod rebalance;
 mod settings;
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -61,6 +61,21 @@ const KIND: &str = "kafka";
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Sort a Kafka error into the provider error kinds.
+/// The provider's producer (`client.id` names the provider): sends fail after 30 s without
+/// the broker unless `message.timeout.ms` says otherwise.
+fn new_producer(
+    name: &str,
+    settings: &KafkaSettings,
+) -> Result<FutureProducer<Quiet>, ProviderError> {
+    let mut producer = settings.producer();
+    producer.set("client.id", format!("wharf {name} producer"));
+    if !settings.properties.contains_key("message.timeout.ms") {
+        // An enqueue fails after 30 s without the broker rather than librdkafka's 5 min.
+        producer.set("message.timeout.ms", "30000");
+    }
+    producer.create_with_context(Quiet).map_err(error)
+}
+
 pub(crate) fn error(e: KafkaError) -> ProviderError {
     use RDKafkaErrorCode as C;
     let kind = match e.rdkafka_error_code() {
@@ -120,7 +135,10 @@ impl rdkafka::consumer::ConsumerContext for Quiet {}
 pub struct KafkaProvider {
     name: String,
     settings: KafkaSettings,
-    producer: FutureProducer<Quiet>,
+    /// Replaced after a send failed with a timed-out message: an idempotent producer must
+    /// then re-establish its producer id with the broker, which some Kafka-protocol brokers
+    /// never complete after an outage, leaving every later send waiting.
+    producer: RwLock<FutureProducer<Quiet>>,
     admin: AdminClient<Quiet>,
     /// Queues whose topic is known to exist.
     prepared: Mutex<HashSet<String>>,
@@ -130,15 +148,9 @@ impl KafkaProvider {
     /// A provider for `settings` (`name` is the `[providers.NAME]` name). Clients connect in
     /// the background, so a broker that is down at start-up does not stop the host.
     pub fn open(name: &str, settings: KafkaSettings) -> Result<Self, ProviderError> {
-        let mut producer = settings.producer();
-        producer.set("client.id", format!("wharf {name} producer"));
-        if !settings.properties.contains_key("message.timeout.ms") {
-            // An enqueue fails after 30 s without the broker rather than librdkafka's 5 min.
-            producer.set("message.timeout.ms", "30000");
-        }
         Ok(KafkaProvider {
             name: name.to_string(),
-            producer: producer.create_with_context(Quiet).map_err(error)?,
+            producer: RwLock::new(new_producer(name, &settings)?),
             admin: settings
                 .client()
                 .create_with_context(Quiet)
@@ -153,13 +165,40 @@ impl KafkaProvider {
         &self.settings
     }
 
+    /// The producer sends go through now.
+    fn producer(&self) -> FutureProducer<Quiet> {
+        self.producer.read().expect("producer").clone()
+    }
+
+    /// After a send failed with `e`: a message that timed out (or a fatal producer error)
+    /// replaces the producer, so the next try starts on fresh connections and a new
+    /// producer id. Messages of the old one not delivered fail and are tried again by
+    /// their caller.
+    fn after_send_failed(&self, e: &KafkaError) {
+        let producer = self.producer();
+        let fatal = producer.client().fatal_error();
+        let timed_out = e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut);
+        if !timed_out && fatal.is_none() {
+            return;
+        }
+        match new_producer(&self.name, &self.settings) {
+            Ok(fresh) => {
+                tracing::info!(provider = %self.name, fatal = ?fatal, "replacing the Kafka producer after a failed send: {e}");
+                *self.producer.write().expect("producer") = fresh;
+            }
+            Err(e) => {
+                tracing::warn!(provider = %self.name, "cannot replace the Kafka producer: {e}")
+            }
+        }
+    }
+
     fn is_prepared(&self, queue: &str) -> bool {
         self.prepared.lock().expect("prepared").contains(queue)
     }
 
     /// The topics of `queues` that do not exist.
     async fn missing(&self, queues: &[String]) -> Result<Vec<String>, ProviderError> {
-        let producer = self.producer.clone();
+        let producer = self.producer();
         let metadata = tokio::task::spawn_blocking(move || {
             producer.client().fetch_metadata(None, ADMIN_TIMEOUT)
         })
@@ -263,18 +302,20 @@ impl Provider for KafkaProvider {
         let topic = self.settings.topic(queue);
         let bodies: Vec<String> = envelopes.iter().map(Envelope::to_json).collect();
         // Every send is queued at once (librdkafka batches them) and awaited together.
+        let producer = self.producer();
         let sends = envelopes.iter().zip(&bodies).map(|(envelope, body)| {
             let mut record = FutureRecord::to(&topic).payload(body.as_str());
             // A session key keeps the session in one partition, so in order.
             if let Some(key) = envelope.session.as_ref().or(envelope.message_id.as_ref()) {
                 record = record.key(key.as_str());
             }
-            self.producer.send(record, Timeout::Never)
+            producer.send(record, Timeout::Never)
         });
         for sent in futures_util::future::join_all(sends).await {
             if let Err((e, _)) = sent {
                 // The topic may be gone (a broker that lost its data): checked again next time.
                 self.prepared.lock().expect("prepared").remove(queue);
+                self.after_send_failed(&e);
                 return Err(error(e));
             }
         }
@@ -308,7 +349,7 @@ impl Provider for KafkaProvider {
     /// A metadata request for the first queue's topic on the producer's connections: a
     /// silent cut leaves librdkafka's sockets open for a minute, this answers at once.
     async fn probe(&self, queues: &[String], timeout: Duration) -> Result<(), ProviderError> {
-        let producer = self.producer.clone();
+        let producer = self.producer();
         let topic = queues.first().map(|q| self.settings.topic(q));
         tokio::task::spawn_blocking(move || {
             producer
@@ -322,7 +363,7 @@ impl Provider for KafkaProvider {
     }
 
     async fn close(&self) {
-        let producer = self.producer.clone();
+        let producer = self.producer();
         let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;
     }
 }
