@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Drain of N messages whose handler (the `kv-state` fixture) increments one of 1,000
-# key-value counters each (STATE=1), against the same drain without state (STATE=0: the
-# handler opens no bucket). DB=postgres (default) or DB=sqlite. Alternate both to compare:
+# key-value counters each (STATE=1 or OP=incr), against the same drain without state
+# (STATE=0 or OP=none: the handler opens no bucket). OP=get reads one of 1,000 keys (absent),
+# OP=set stages a set of one: their per-message cost is 1/rate - 1/rate(none).
+# DB=postgres (default) or DB=sqlite. Alternate the forms to compare:
 #   WHARF=path/to/wharf KV=sample-handlers/target/wasm32-wasip2/release/kv_state.wasm \
-#     N=20000 STATE=1 DB=postgres host/benches/state.sh
+#     N=20000 OP=incr DB=postgres host/benches/state.sh
 set -uo pipefail
 WHARF=${WHARF:?}; KV=${KV:?}; N=${N:-20000}; STATE=${STATE:-1}; DB=${DB:-postgres}
 PG=postgres://postgres@127.0.0.1:5432/test
@@ -23,11 +25,14 @@ keyvalue = ["counters"]
 [queues.bench]
 handler = "kv"
 TOML
-if [ "$STATE" = 1 ]; then
-  seq 1 "$N" | awk '{printf "{\"incr\":[\"k-%d\"]}\n",$1%1000}' > "$d/m.jsonl"
-else
-  seq 1 "$N" | awk '{printf "{\"n\":%d}\n",$1}' > "$d/m.jsonl"
-fi
+OP=${OP:-$([ "$STATE" = 1 ] && echo incr || echo none)}
+case "$OP" in
+  incr) seq 1 "$N" | awk '{printf "{\"incr\":[\"k-%d\"]}\n",$1%1000}' > "$d/m.jsonl" ;;
+  get) seq 1 "$N" | awk '{printf "{\"check\":{\"k-%d\":null}}\n",$1%1000}' > "$d/m.jsonl" ;;
+  set) seq 1 "$N" | awk '{printf "{\"set\":{\"k-%d\":\"%d\"}}\n",$1%1000,$1}' > "$d/m.jsonl" ;;
+  none) seq 1 "$N" | awk '{printf "{\"n\":%d}\n",$1}' > "$d/m.jsonl" ;;
+  *) echo "OP must be incr, get, set or none"; exit 2 ;;
+esac
 (cd "$d" && "$WHARF" enqueue bench --file m.jsonl >/dev/null 2>"$d/enq.err") || { echo "enqueue failed: $(tail -2 $d/enq.err)"; exit 1; }
 count() {
   if [ "$DB" = postgres ]; then psql -qtA "$PG" -c "select count(*) from $schema.messages where queue='bench' and status<>'processed'" 2>/dev/null
@@ -44,6 +49,6 @@ for i in $(seq 1 6000); do
 done
 kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 rate=$(echo "($ne - $ns) / ($te - $ts)" | bc -l)
-printf "db=%s state=%s N=%d drain %.0f msg/s\n" "$DB" "$STATE" "$N" "$rate"
+printf "db=%s op=%s N=%d drain %.0f msg/s\n" "$DB" "$OP" "$N" "$rate"
 [ "$DB" = postgres ] && psql -qtA "$PG" -c "drop schema if exists $schema cascade" >/dev/null 2>&1
 rm -rf "$d"

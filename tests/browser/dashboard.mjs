@@ -220,6 +220,25 @@ await step("a blocked session shows its blocker, and Complete settles its handof
   await page.waitForSelector("p:text('No session is blocked.')", timeout);
 });
 
+await step("the state view lists the buckets and a bucket's keys, read-only", async () => {
+  await page.click("a[data-nav=state]");
+  await page.waitForSelector("tr[data-bucket=counters]", timeout);
+  report.buckets = await page.$$eval("tr[data-bucket]", (rows) => rows.map((r) => ({
+    bucket: r.dataset.bucket,
+    keys: Number(r.querySelector("td:nth-child(2)").textContent),
+    grantedTo: r.querySelector("td:nth-child(3)").textContent,
+  })));
+  await page.click("tr[data-bucket=counters] a");
+  await page.waitForSelector("tr[data-key=hits]", timeout);
+  report.entries = await page.$$eval("tr[data-key]", (rows) => rows.map((r) => ({
+    key: r.dataset.key,
+    value: r.querySelector("[data-value]").textContent,
+    revision: Number(r.querySelector("td:nth-child(3)").textContent),
+  })));
+  report.stateButtons = await page.$$eval("main button", (all) => all.length);
+  await shot("09-state");
+});
+
 await step("forgetting the token asks for it again", async () => {
   await page.click("#sign-out");
   await page.waitForSelector("form#token", timeout);

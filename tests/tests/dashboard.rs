@@ -35,12 +35,23 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     let dir = TestDir::new();
     // The serving version traps on every message: three orders fail.
     dir.deploy("export", "trap");
+    dir.deploy("tally", "kv-state");
     let host = dir
         .start(&format!(
             "[admin]\ntoken = \"{TOKEN}\"\n\n[queues.work]\nhandler = \"export\"\nmax_attempts = 1\n\n\
-             [queues.orders]\nhandler = \"export\"\nsessions = true\n"
+             [queues.orders]\nhandler = \"export\"\nsessions = true\n\n\
+             [queues.tally]\nhandler = \"tally\"\n\n\
+             [handlers.tally]\nkeyvalue = [\"counters\"]\n\n[handlers.export]\nkeyvalue = [\"audit\"]\n"
         ))
         .await;
+    // Key-value state for the state view: a counter and a set value in `counters`; `audit`
+    // is granted and empty.
+    let tally = NewMessage {
+        payload: json!({"incr": ["hits", "hits"], "set": {"name": "Ada"}}).to_string(),
+        ..Default::default()
+    };
+    let tally = host.store.enqueue("tally", tally, false).await.unwrap().key;
+    wait_status(&host, tally, Status::Processed, T).await;
     let mut failing = Vec::new();
     for n in 0..3 {
         let message = NewMessage {
@@ -138,7 +149,31 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("the script's JSON report");
     assert_eq!(report["problems"], json!([]), "{report}");
-    assert_eq!(report["steps"].as_array().unwrap().len(), 12, "{report}");
+    assert_eq!(report["steps"].as_array().unwrap().len(), 13, "{report}");
+
+    // The state view showed both buckets (the granted, empty one too) and the store's entries.
+    assert_eq!(
+        report["buckets"],
+        json!([
+            {"bucket": "audit", "keys": 0, "grantedTo": "export"},
+            {"bucket": "counters", "keys": 2, "grantedTo": "tally"},
+        ]),
+        "{report}"
+    );
+    let committed: Vec<Value> = host
+        .store
+        .state_entries("counters", 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(key, (value, revision))| {
+            json!({"key": key, "value": String::from_utf8(value).unwrap(), "revision": revision})
+        })
+        .collect();
+    assert_eq!(committed.len(), 2);
+    assert_eq!(report["entries"], json!(committed), "{report}");
+    assert_eq!(report["entries"][0]["value"], json!("2"), "{report}");
+    assert_eq!(report["stateButtons"], json!(0), "read-only: {report}");
 
     // The failed list showed exactly the three failures, newest first, with their errors.
     let mut newest_first = failing.clone();

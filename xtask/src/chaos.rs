@@ -14,8 +14,10 @@ const START: &str = "<!-- chaos-table:start -->";
 const END: &str = "<!-- chaos-table:end -->";
 
 /// Run every case (or those whose names contain one of `cases`) with `messages` messages and
-/// `cut_secs`-second network cuts, then write the table (or replace those cases' rows in it).
-pub fn run(messages: u64, cut_secs: u64, cases: &[String]) -> Result<()> {
+/// `cut_secs`-second network cuts (`crash_messages` for the cases with repeated kills), then
+/// write the table (or replace those cases' rows in it). With no `cases`, or `state_crash`
+/// among them, the state crash test runs too, with `crash_messages`.
+pub fn run(messages: u64, cut_secs: u64, crash_messages: u64, cases: &[String]) -> Result<()> {
     tools::ensure_nextest()?;
     services::ensure_postgres()?;
     services::ensure_redis()?;
@@ -25,13 +27,28 @@ pub fn run(messages: u64, cut_secs: u64, cases: &[String]) -> Result<()> {
     let out = tools::root().join("target/chaos/rows.jsonl");
     std::fs::create_dir_all(out.parent().expect("a folder"))?;
     let _ = std::fs::remove_file(&out);
-    let mut cmd = tools::nextest_one("chaos");
-    cmd.args(["--test-threads", "1", "--no-fail-fast"]);
-    cmd.args(cases);
-    cmd.env("WHARF_CHAOS_MESSAGES", messages.to_string())
-        .env("WHARF_CHAOS_CUT_SECS", cut_secs.to_string())
-        .env("WHARF_CHAOS_OUT", &out);
-    let outcome = tools::run(cmd);
+    let state_crash = cases.is_empty() || cases.iter().any(|c| c == "state_crash");
+    let matrix: Vec<&String> = cases.iter().filter(|c| *c != "state_crash").collect();
+    let mut outcome = Ok(());
+    if cases.is_empty() || !matrix.is_empty() {
+        let mut cmd = tools::nextest_one("chaos");
+        cmd.args(["--test-threads", "1", "--no-fail-fast"]);
+        cmd.args(&matrix);
+        cmd.env("WHARF_CHAOS_MESSAGES", messages.to_string())
+            .env("WHARF_CHAOS_CUT_SECS", cut_secs.to_string())
+            .env("WHARF_STATE_CRASH_MESSAGES", crash_messages.to_string())
+            .env("WHARF_CHAOS_OUT", &out);
+        outcome = tools::run(cmd);
+    }
+    if state_crash {
+        let mut cmd = tools::nextest_one("state_crash");
+        cmd.args(["--test-threads", "1", "--no-fail-fast"]);
+        cmd.env("WHARF_STATE_CRASH_MESSAGES", crash_messages.to_string());
+        outcome = outcome.and(tools::run(cmd));
+        if matrix.is_empty() && !cases.is_empty() {
+            return outcome;
+        }
+    }
     let page = tools::root().join(PAGE);
     let mut rows = read_rows(&out)?;
     if !cases.is_empty() {

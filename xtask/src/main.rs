@@ -56,6 +56,10 @@ enum Task {
         /// Seconds each network cut lasts.
         #[arg(long, default_value_t = 10)]
         cut_secs: u64,
+        /// Messages of the cases with repeated SIGKILLs and key-value state (the `kills` rows
+        /// and the state crash test, `state_crash`).
+        #[arg(long, default_value_t = 100_000)]
+        crash_messages: u64,
         /// Only the cases whose names contain one of these (e.g. `kafka_network_cut`); their
         /// rows replace the same rows of the table in docs/guarantees.md, which must have been
         /// made with the same `--messages` and `--cut-secs`.
@@ -82,8 +86,9 @@ fn main() -> Result<()> {
         Task::Chaos {
             messages,
             cut_secs,
+            crash_messages,
             cases,
-        } => chaos::run(messages, cut_secs, &cases),
+        } => chaos::run(messages, cut_secs, crash_messages, &cases),
         Task::Guests => tools::build_guests(),
         Task::Lint => lint(),
     }

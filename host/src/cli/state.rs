@@ -77,19 +77,17 @@ pub async fn run(cli: &Cli, cmd: &StateCommand) -> anyhow::Result<ExitCode> {
             limit,
             offset,
         } => {
-            let keys = store.state_keys(bucket, *offset, *limit).await?;
-            let mut entries = Vec::with_capacity(keys.len());
-            for key in keys {
-                if let Some((value, revision)) = store.state_read(bucket, &key).await? {
-                    let value = String::from_utf8_lossy(&value).into_owned();
-                    entries.push(Entry {
-                        bucket: bucket.clone(),
-                        key,
-                        value,
-                        revision,
-                    });
-                }
-            }
+            let entries: Vec<Entry> = store
+                .state_entries(bucket, *offset, *limit)
+                .await?
+                .into_iter()
+                .map(|(key, (value, revision))| Entry {
+                    bucket: bucket.clone(),
+                    key,
+                    value: String::from_utf8_lossy(&value).into_owned(),
+                    revision,
+                })
+                .collect();
             if cli.json {
                 print_json(&entries)?;
             } else if entries.is_empty() {

@@ -25,6 +25,7 @@ pub mod sessions;
 mod settle;
 mod sqlite;
 mod state;
+mod state_reads;
 mod statements;
 mod status;
 mod store;
@@ -87,6 +88,9 @@ pub enum QueueError {
     /// the commit (`BUCKET/KEY`): nothing of the attempt was committed.
     #[error("state conflict on {0}")]
     StateConflict(String),
+    /// A read batched with others failed (its error's text, given to each caller).
+    #[error("queue storage: {0}")]
+    Read(String),
     /// This store does not offer the operation.
     #[error("queue storage does not support {0}")]
     Unsupported(&'static str),
@@ -333,6 +337,18 @@ pub trait QueueStore: Send + Sync + 'static {
         offset: u64,
         limit: u32,
     ) -> Result<Vec<String>, QueueError>;
+
+    /// `limit` keys of `bucket` in key order, from position `offset`, with their committed
+    /// values and revisions.
+    async fn state_entries(
+        &self,
+        bucket: &str,
+        offset: u64,
+        limit: u32,
+    ) -> Result<Vec<(String, Committed)>, QueueError>;
+
+    /// Every bucket of handlers' key-value state that holds a key, with its number of keys.
+    async fn state_buckets(&self) -> Result<Vec<(String, u64)>, QueueError>;
 
     /// Delete a key of handlers' key-value state; returns whether it existed.
     async fn state_delete(&self, bucket: &str, key: &str) -> Result<bool, QueueError>;

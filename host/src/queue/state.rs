@@ -1,6 +1,6 @@
 //! Handlers' key-value state (`wasi:keyvalue`) in the SQL store: the table `wharf_state`,
 //! keyed by (bucket, key), with a revision that changes on every write. A call reads the
-//! committed state here; its staged changes ([`StateWrite`]) are committed with its
+//! committed state through [`super::state_reads`] (batched); its staged changes ([`StateWrite`]) are committed with its
 //! message's settlement: [`lock`] locks the rows a batch changes and finds the settlements
 //! whose read-then-set lost a race (a state conflict), [`write`] writes what the applied
 //! ones changed. Increments commit as increments on the locked value.
@@ -55,35 +55,39 @@ pub type Committed = (Vec<u8>, i64);
 /// (bucket, key).
 type Id = (String, String);
 
-const READ: Sql =
-    Sql::both("SELECT value, revision FROM wharf_state WHERE bucket = $1 AND key = $2");
-
 const KEYS: Sql =
     Sql::both("SELECT key FROM wharf_state WHERE bucket = $1 ORDER BY key LIMIT $2 OFFSET $3");
+
+const ENTRIES: Sql = Sql::both(
+    "SELECT key, value, revision FROM wharf_state WHERE bucket = $1 ORDER BY key LIMIT $2 OFFSET $3",
+);
+
+const BUCKETS: Sql =
+    Sql::both("SELECT bucket, COUNT(*) AS n FROM wharf_state GROUP BY bucket ORDER BY bucket");
+
+/// PostgreSQL: the rows of the keys in two arrays, locked in key order.
+const LOCK_POSTGRES: &str = "SELECT s.bucket, s.key, s.value, s.revision \
+     FROM wharf_state s JOIN UNNEST($1::text[], $2::text[]) AS k(bucket, key) \
+     ON s.bucket = k.bucket AND s.key = k.key ORDER BY s.bucket, s.key FOR UPDATE OF s";
+
+/// PostgreSQL: rows written from arrays (keys, values, revisions) in key order, at `$5`,
+/// then what a key already present does.
+macro_rules! upsert_postgres {
+    ($on_conflict:literal) => {
+        concat!(
+            "INSERT INTO wharf_state (bucket, key, value, revision, updated_at_ms) ",
+            "SELECT b, k, v, r, $5 FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::int8[]) AS u(b, k, v, r) ",
+            "ORDER BY b, k ON CONFLICT (bucket, key) ",
+            $on_conflict
+        )
+    };
+}
 
 /// On SQLite, the transaction's write lock, taken before the reads it decides on.
 const TAKE_WRITE_LOCK: &str = "DELETE FROM wharf_state WHERE 0 = 1";
 
 /// Keys per statement (five parameters a row at most).
 const CHUNK: usize = 1000;
-
-/// The committed value and revision of `bucket`/`key`.
-pub(crate) async fn read(
-    pool: &Pool,
-    bucket: &str,
-    key: &str,
-) -> Result<Option<Committed>, QueueError> {
-    let row = pool
-        .query(&READ)
-        .bind(bucket)
-        .bind(key)
-        .fetch_optional()
-        .await?;
-    Ok(match row {
-        Some(row) => Some((row.get("value")?, row.get("revision")?)),
-        None => None,
-    })
-}
 
 /// `limit` keys of `bucket` in key order, from position `offset`.
 pub(crate) async fn keys(
@@ -99,6 +103,38 @@ pub(crate) async fn keys(
         .bind(offset as i64)
         .fetch_column()
         .await?)
+}
+
+/// `limit` keys of `bucket` in key order, from position `offset`, with their committed
+/// values and revisions (one statement).
+pub(crate) async fn entries(
+    pool: &Pool,
+    bucket: &str,
+    offset: u64,
+    limit: u32,
+) -> Result<Vec<(String, Committed)>, QueueError> {
+    let rows = pool
+        .query(&ENTRIES)
+        .bind(bucket)
+        .bind(limit as i64)
+        .bind(offset as i64)
+        .fetch_all()
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push((row.get("key")?, (row.get("value")?, row.get("revision")?)));
+    }
+    Ok(out)
+}
+
+/// Every bucket that holds a key, in name order, with its number of keys.
+pub(crate) async fn buckets(pool: &Pool) -> Result<Vec<(String, u64)>, QueueError> {
+    let rows = pool.query(&BUCKETS).fetch_all().await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        out.push((row.get("bucket")?, row.get::<i64, _>("n")? as u64));
+    }
+    Ok(out)
 }
 
 /// The committed values of the keys a batch changes, read and locked.
@@ -149,25 +185,36 @@ pub(crate) async fn lock(
         // connection wrote meanwhile: take it now (a write statement takes it, rows or not).
         conn.query(TAKE_WRITE_LOCK).execute().await?;
     }
+    let mut rows = Vec::new();
+    if conn.dialect() == Dialect::Postgres {
+        // Two arrays, one statement text for any number of keys: it stays prepared.
+        let (buckets, keys): (Vec<&str>, Vec<&str>) =
+            ids.iter().map(|(b, k)| (b.as_str(), k.as_str())).unzip();
+        rows = conn
+            .query(LOCK_POSTGRES)
+            .bind_postgres(buckets)
+            .bind_postgres(keys)
+            .fetch_all()
+            .await?;
+    } else {
+        for chunk in ids.chunks(CHUNK) {
+            let text = format!(
+                "SELECT bucket, key, value, revision FROM wharf_state WHERE (bucket, key) IN (VALUES {}) ORDER BY bucket, key",
+                pairs(chunk.len(), 1)
+            );
+            let mut query = conn.query(text);
+            for (bucket, key) in chunk {
+                query = query.bind(bucket.as_str()).bind(key.as_str());
+            }
+            rows.extend(query.fetch_all().await?);
+        }
+    }
     let mut locked = Locked::default();
-    for chunk in ids.chunks(CHUNK) {
-        let mut text = format!(
-            "SELECT bucket, key, value, revision FROM wharf_state WHERE (bucket, key) IN (VALUES {}) ORDER BY bucket, key",
-            pairs(chunk.len(), 1)
-        );
-        if conn.dialect() == Dialect::Postgres {
-            text.push_str(" FOR UPDATE");
-        }
-        let mut query = conn.query(text);
-        for (bucket, key) in chunk {
-            query = query.bind(bucket.as_str()).bind(key.as_str());
-        }
-        for row in query.fetch_all().await? {
-            let id: Id = (row.get("bucket")?, row.get("key")?);
-            locked
-                .base
-                .insert(id, Some((row.get("value")?, row.get("revision")?)));
-        }
+    for row in rows {
+        let id: Id = (row.get("bucket")?, row.get("key")?);
+        locked
+            .base
+            .insert(id, Some((row.get("value")?, row.get("revision")?)));
     }
     for id in ids {
         locked.base.entry(id).or_insert(None);
@@ -200,9 +247,10 @@ pub(crate) async fn lock(
     Ok((conflicts, locked))
 }
 
-/// A new revision: random, never 0 (which stands for an absent key).
+/// A new revision: random, never 0 (which stands for an absent key), below 2^53 so that a
+/// JSON reader keeping numbers as doubles (JavaScript) reads it exactly.
 fn new_revision() -> i64 {
-    (rand::random::<u64>() >> 1).max(1) as i64
+    (rand::random::<u64>() >> 11).max(1) as i64
 }
 
 /// Write what `groups` (the applied ones, in order, none a conflict per [`lock`]) change.
@@ -271,6 +319,39 @@ async fn upsert(
     replace: bool,
     now: i64,
 ) -> Result<u64, QueueError> {
+    let on_conflict = if replace {
+        "DO UPDATE SET value = excluded.value, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms"
+    } else {
+        "DO NOTHING"
+    };
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    if conn.dialect() == Dialect::Postgres {
+        let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ((bucket, key), value) in rows {
+            columns.0.push(bucket.as_str());
+            columns.1.push(key.as_str());
+            columns.2.push(value.as_slice());
+            columns.3.push(new_revision());
+        }
+        // Two texts in all (replace or not): each stays prepared.
+        let text = match replace {
+            true => upsert_postgres!(
+                "DO UPDATE SET value = excluded.value, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms"
+            ),
+            false => upsert_postgres!("DO NOTHING"),
+        };
+        return Ok(conn
+            .query(text)
+            .bind_postgres(columns.0)
+            .bind_postgres(columns.1)
+            .bind_postgres(columns.2)
+            .bind_postgres(columns.3)
+            .bind(now)
+            .execute()
+            .await?);
+    }
     let mut written = 0;
     for chunk in rows.chunks(CHUNK) {
         let values = (0..chunk.len())
@@ -287,11 +368,6 @@ async fn upsert(
             })
             .collect::<Vec<_>>()
             .join(", ");
-        let on_conflict = if replace {
-            "DO UPDATE SET value = excluded.value, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms"
-        } else {
-            "DO NOTHING"
-        };
         let text = format!(
             "INSERT INTO wharf_state (bucket, key, value, revision, updated_at_ms) VALUES {values} ON CONFLICT (bucket, key) {on_conflict}"
         );

@@ -3,7 +3,7 @@
 //! checkpoints, PostgreSQL's notifications, vacuums and one-statement settlements — lives in
 //! `sqlite/` and `postgres/`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use sqlx::PgPool;
@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::enqueue::{Applied, apply, transactions};
 use super::prepared::Prepared;
 use super::rows::leased_in_order;
+use super::state_reads::StateReads;
 use super::statements::{self, ABANDONED, APPLY_NEXT, EXPIRE};
 use super::{
     BlockedSession, CommitResult, Committed, EffectsCommit, Enqueued, HistoryEntry, InboxProbe,
@@ -43,6 +44,8 @@ pub struct SqlStore {
     pub(super) engine: Engine,
     /// Raised when this process committed outbox rows.
     pub(super) outbox_written: Arc<Notify>,
+    /// Handler calls' reads of committed key-value state, batched (started on first use).
+    pub(super) state_reads: OnceLock<StateReads>,
 }
 
 /// The parts of a store only one database has.
@@ -75,6 +78,7 @@ impl SqlStore {
                 _checkpointer: connected.checkpointer,
             },
             outbox_written: Arc::default(),
+            state_reads: OnceLock::new(),
         })
     }
 
@@ -98,6 +102,7 @@ impl SqlStore {
                 pool,
             },
             outbox_written: Arc::default(),
+            state_reads: OnceLock::new(),
         })
     }
 
@@ -372,7 +377,10 @@ impl QueueStore for SqlStore {
     }
 
     async fn state_read(&self, bucket: &str, key: &str) -> Result<Option<Committed>, QueueError> {
-        state::read(&self.readers, bucket, key).await
+        let reads = self
+            .state_reads
+            .get_or_init(|| StateReads::start(self.readers.clone()));
+        reads.read(bucket, key).await
     }
 
     async fn state_keys(
@@ -382,6 +390,19 @@ impl QueueStore for SqlStore {
         limit: u32,
     ) -> Result<Vec<String>, QueueError> {
         state::keys(&self.readers, bucket, offset, limit).await
+    }
+
+    async fn state_entries(
+        &self,
+        bucket: &str,
+        offset: u64,
+        limit: u32,
+    ) -> Result<Vec<(String, Committed)>, QueueError> {
+        state::entries(&self.readers, bucket, offset, limit).await
+    }
+
+    async fn state_buckets(&self) -> Result<Vec<(String, u64)>, QueueError> {
+        state::buckets(&self.readers).await
     }
 
     async fn state_delete(&self, bucket: &str, key: &str) -> Result<bool, QueueError> {

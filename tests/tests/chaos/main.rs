@@ -2,15 +2,19 @@
 //! `flaky` fixture echoing each message's `n` into the SQL queue `replies` — a follow-up,
 //! committed with the outcome of the run that sent it — or, in the `into_broker` rows, into
 //! `replies` on a broker through the outbox, echoed once more from there into the SQL queue
-//! `echoes`; in the `state` rows the `kv-state` fixture also increments a key-value counter
+//! `echoes`; in the `state` rows the `kv-state` fixture also increments a shared and a per-customer key-value counter
 //! per message), while a `wharf run` process is crashed, stopped, or cut off from its store.
 //! Each case reports lost messages (must be 0), duplicate follow-ups (must be 0 from a SQL
 //! queue, and from a broker with the SQL inbox or with MessageIds), the time processing took
 //! to resume once the fault ended, and whether `/readyz` went red during the fault and green
 //! again.
 //!
-//! `cargo xtask test` runs the short form (few messages, 3 s cuts); `cargo xtask chaos` runs
-//! the long form (`WHARF_CHAOS_MESSAGES`, `WHARF_CHAOS_CUT_SECS`) and writes every row to
+//! The `kills` rows strike five times (messages from Kafka and RabbitMQ changing key-value
+//! state with the SQL inbox: the broker half of the state crash test in `state_crash.rs`).
+//!
+//! `cargo xtask test` runs the short form (few messages, 3 s cuts, 2,000 messages for the
+//! `kills` rows); `cargo xtask chaos` runs the long form (`WHARF_CHAOS_MESSAGES`,
+//! `WHARF_CHAOS_CUT_SECS`, `WHARF_STATE_CRASH_MESSAGES`) and writes every row to
 //! `WHARF_CHAOS_OUT` for the table in docs/guarantees.md.
 
 mod backend;
@@ -26,6 +30,9 @@ use wharf_tests::{TestDir, WharfProcess, poll_until, spawn_wharf, wait_for};
 enum Fault {
     /// SIGKILL of the host mid-load; a new host starts at once.
     Kill,
+    /// [`KILLS`] SIGKILLs of the host spread over the middle third of the load (each new
+    /// host processing before it is killed), with [`crash_messages`] messages.
+    Kills,
     /// SIGTERM mid-load (graceful stop); a new host starts once it exited.
     Terminate,
     /// Every connection to the store closed at once (the host reconnects).
@@ -40,15 +47,33 @@ enum Fault {
     BrokerDown,
 }
 
+/// SIGKILLs in a [`Fault::Kills`] case.
+const KILLS: u64 = 5;
+
 impl Fault {
-    fn name(self) -> &'static str {
+    fn name(self) -> String {
         match self {
+            Fault::Kills => {
+                return format!(
+                    "{KILLS} SIGKILLs of the host, {} messages",
+                    crash_messages()
+                );
+            }
             Fault::Kill => "SIGKILL of the host",
             Fault::Terminate => "SIGTERM during load",
             Fault::CloseConnections => "store connections killed",
             Fault::CutNetwork => "network to the store cut",
             Fault::RestartStore => "store crashed and restarted",
             Fault::BrokerDown => "broker down (connections refused)",
+        }
+        .to_string()
+    }
+
+    /// How many messages a case with this fault runs.
+    fn messages(self) -> u64 {
+        match self {
+            Fault::Kills => crash_messages(),
+            _ => messages(),
         }
     }
 }
@@ -60,6 +85,15 @@ fn messages() -> u64 {
         .unwrap_or(300)
 }
 
+/// Messages of a [`Fault::Kills`] case: `WHARF_STATE_CRASH_MESSAGES` (2,000 by default; the
+/// crash test of handler state reads it too).
+fn crash_messages() -> u64 {
+    std::env::var("WHARF_STATE_CRASH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000)
+}
+
 fn cut_for() -> Duration {
     Duration::from_secs(
         std::env::var("WHARF_CHAOS_CUT_SECS")
@@ -69,8 +103,14 @@ fn cut_for() -> Duration {
     )
 }
 
-/// How long a case may take to finish after its fault.
+/// How long a case may take to finish after its fault, at least.
 const SETTLE: Duration = Duration::from_secs(60);
+
+/// How long a case of `total` messages may take for a step: [`SETTLE`], and 3 ms per
+/// message beyond that (8 at a time, 10 ms each, with room to spare) for long forms.
+fn settle_for(total: u64) -> Duration {
+    SETTLE + Duration::from_millis(3 * total)
+}
 
 /// What `/readyz` of the host at `admin` answers: its body when 200, else the status and body or the error.
 async fn readyz(admin: &str) -> Result<String, String> {
@@ -144,7 +184,8 @@ async fn runs(setup: &Setup) -> BTreeMap<i64, u64> {
 /// with the SQL inbox or with MessageIds).
 async fn case(backend: Backend, fault: Fault, shape: Shape) {
     wharf_tests::init_logging();
-    let total = messages();
+    let total = fault.messages();
+    let settle = settle_for(total);
     let dir = TestDir::new();
     dir.deploy("work", if shape.state { "kv_state" } else { "flaky" });
     let mut setup = Setup::new(backend, &dir, shape).await;
@@ -159,7 +200,7 @@ async fn case(backend: Backend, fault: Fault, shape: Shape) {
     setup.enqueue(&dir, total);
 
     // The fault strikes a third of the way through.
-    wait_for(SETTLE, "a third of the messages to run", || async {
+    wait_for(settle, "a third of the messages to run", || async {
         (runs(&setup).await.len() as u64 >= total / 3).then_some(())
     })
     .await;
@@ -168,6 +209,21 @@ async fn case(backend: Backend, fault: Fault, shape: Shape) {
         Fault::Kill => {
             host.kill();
             host = spawn_wharf(dir.dir.path());
+        }
+        Fault::Kills => {
+            for k in 1..=KILLS {
+                host.kill();
+                host = spawn_wharf(dir.dir.path());
+                if k == KILLS {
+                    break;
+                }
+                // The next kill once the new host has run its share of the middle third.
+                let at = total / 3 + k * total / (3 * KILLS);
+                wait_for(settle, "the restarted host to process", || async {
+                    (runs(&setup).await.len() as u64 >= at).then_some(())
+                })
+                .await;
+            }
         }
         Fault::Terminate => {
             tokio::task::block_in_place(|| host.terminate());
@@ -196,13 +252,13 @@ async fn case(backend: Backend, fault: Fault, shape: Shape) {
     }
     let healed = Instant::now();
     let before: u64 = runs(&setup).await.values().sum();
-    wait_for(SETTLE, "processing to resume after the fault", || async {
+    wait_for(settle, "processing to resume after the fault", || async {
         let seen = runs(&setup).await;
         (seen.values().sum::<u64>() > before || seen.len() as u64 == total).then_some(())
     })
     .await;
     let recovered = healed.elapsed();
-    let done = poll_until(SETTLE, || async {
+    let done = poll_until(settle, || async {
         let seen = runs(&setup).await;
         (seen.len() as u64 == total && setup.settled(total).await).then_some(seen)
     })
@@ -211,12 +267,12 @@ async fn case(backend: Backend, fault: Fault, shape: Shape) {
         let ran = runs(&setup).await.len();
         let settled = setup.settled(total).await;
         panic!(
-            "timed out after {SETTLE:?} waiting for every message to run and settle: \
+            "timed out after {settle:?} waiting for every message to run and settle: \
              {ran} of {total} ran, settled: {settled}\nhost log (last 40 lines):\n{}",
             host_log_tail(&dir)
         );
     };
-    wait_ready(&setup, &dir, SETTLE, "/readyz to be green again").await;
+    wait_ready(&setup, &dir, settle, "/readyz to be green again").await;
     drop::<WharfProcess>(host);
 
     let lost = (0..total as i64).filter(|n| !done.contains_key(n)).count();
@@ -244,10 +300,15 @@ async fn case(backend: Backend, fault: Fault, shape: Shape) {
     if shape.state {
         // Key-value changes commit with the outcome (and the inbox record or commit mark).
         assert_eq!(
-            setup.counter().await,
+            setup.counter("total").await,
             total,
             "the state counter counts each message once"
         );
+        for c in 0..backend::CUSTOMERS {
+            let expected = (0..total).filter(|n| n % backend::CUSTOMERS == c).count() as u64;
+            let key = format!("customer-{c}");
+            assert_eq!(setup.counter(&key).await, expected, "the counter {key}");
+        }
     }
     if shape.ids {
         // Without the inbox, the commit mark of a delivery's MessageId: a redelivery of a
@@ -383,4 +444,6 @@ matrix! {
     kafka_kill_inbox_state: Backend::Kafka, Fault::Kill, inbox, state;
     rabbitmq_kill_inbox_state: Backend::RabbitMq, Fault::Kill, inbox, state;
     rabbitmq_kill_ids_state: Backend::RabbitMq, Fault::Kill, ids, state;
+    kafka_kills_inbox_state: Backend::Kafka, Fault::Kills, inbox, state;
+    rabbitmq_kills_inbox_state: Backend::RabbitMq, Fault::Kills, inbox, state;
 }

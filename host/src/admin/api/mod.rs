@@ -48,6 +48,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/messages/{key}/complete", post(sessions::complete))
         .route("/messages/{key}/fail", post(sessions::fail))
         .route("/sessions", get(sessions::blocked))
+        .route("/state", get(state::buckets))
         .route("/state/{bucket}", get(state::list))
         .route(
             "/state/{bucket}/{key}",

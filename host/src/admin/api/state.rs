@@ -1,5 +1,8 @@
-//! The API's side of handlers' key-value state (`wasi:keyvalue`): a bucket's keys with their
-//! values, one key, and deleting one (an operator's change, outside any message's outcome).
+//! The API's side of handlers' key-value state (`wasi:keyvalue`): the buckets, a bucket's
+//! keys with their values, one key, and deleting one (an operator's change, outside any
+//! message's outcome).
+
+use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -16,6 +19,15 @@ pub(super) struct StateEntry {
     key: String,
     value: String,
     revision: i64,
+}
+
+/// A bucket: granted to handlers by the configuration, or holding keys (or both).
+#[derive(Debug, Serialize)]
+pub(super) struct BucketInfo {
+    bucket: String,
+    keys: u64,
+    /// The handlers whose `keyvalue` grants it, in name order.
+    granted_to: Vec<String>,
 }
 
 /// `GET /state/{bucket}` parameters.
@@ -51,17 +63,39 @@ pub(super) async fn list(
             "limit must be between 1 and {MAX_PAGE}, not {limit}"
         )));
     }
-    let keys = state
+    let entries = state
         .store
-        .state_keys(&bucket, query.offset.unwrap_or(0), limit)
+        .state_entries(&bucket, query.offset.unwrap_or(0), limit)
         .await?;
-    let mut entries = Vec::with_capacity(keys.len());
-    for key in keys {
-        if let Some(committed) = state.store.state_read(&bucket, &key).await? {
-            entries.push(entry(&bucket, key, committed));
+    Ok(Json(
+        entries
+            .into_iter()
+            .map(|(key, committed)| entry(&bucket, key, committed))
+            .collect(),
+    ))
+}
+
+pub(super) async fn buckets(State(state): State<AppState>) -> ApiResult<Vec<BucketInfo>> {
+    let mut all: BTreeMap<String, BucketInfo> = BTreeMap::new();
+    let info = |bucket: &str| BucketInfo {
+        bucket: bucket.to_string(),
+        keys: 0,
+        granted_to: Vec::new(),
+    };
+    for (handler, config) in &state.config.handlers {
+        for bucket in &config.keyvalue {
+            all.entry(bucket.clone())
+                .or_insert_with(|| info(bucket))
+                .granted_to
+                .push(handler.clone());
         }
     }
-    Ok(Json(entries))
+    for (bucket, keys) in state.store.state_buckets().await? {
+        all.entry(bucket.clone())
+            .or_insert_with(|| info(&bucket))
+            .keys = keys;
+    }
+    Ok(Json(all.into_values().collect()))
 }
 
 pub(super) async fn get(

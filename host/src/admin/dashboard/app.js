@@ -107,7 +107,7 @@ function errorCell(status, attempts, error) {
 
 /** The current view's tab; links to a message carry it, so the message keeps it highlighted. */
 let currentNav = "overview";
-const NAVS = ["overview", "failed", "messages", "handlers"];
+const NAVS = ["overview", "failed", "messages", "handlers", "state"];
 
 function messageHref(key) {
   return `#/message/${key}?from=${currentNav}`;
@@ -571,6 +571,46 @@ async function handlers() {
     table(["When", "Handler", "Result", "SHA-256", "Reason"], log, "Nothing deployed since the host started.")];
 }
 
+// ---- Handlers' key-value state (read-only) -----------------------------------------------
+
+const STATE_PAGE = 100;
+
+async function buckets() {
+  const all = await api("/state");
+  const rows = all.map((b) => h("tr", { "data-bucket": b.bucket },
+    h("td", {}, h("a", { href: `#/state/${encodeURIComponent(b.bucket)}` }, b.bucket)),
+    h("td", { class: "num" }, b.keys),
+    h("td", {}, b.granted_to.length ? b.granted_to.join(", ")
+      : h("span", { class: "muted" }, "no handler (its keys stay until deleted)"))));
+  return [
+    h("h1", {}, "State"),
+    h("p", { class: "muted" }, "Handlers' key-value buckets (wasi:keyvalue), as committed with their messages' outcomes. ",
+      "Read-only here; ", h("code", {}, "wharf state delete BUCKET KEY"), " removes a key."),
+    table(["Bucket", { label: "Keys", num: true }, "Granted to"], rows,
+      "No bucket: grant one to a handler with [handlers.NAME] keyvalue = [\"BUCKET\"] in wharf.toml.")];
+}
+
+async function bucket(name, params) {
+  const offset = Math.max(0, parseInt(params.get("offset") || "0", 10) || 0);
+  // One more than a page tells whether a next page exists.
+  const entries = await api(`/state/${encodeURIComponent(name)}?limit=${STATE_PAGE + 1}&offset=${offset}`);
+  const page = entries.slice(0, STATE_PAGE);
+  const at = (o) => `#/state/${encodeURIComponent(name)}${o ? `?offset=${o}` : ""}`;
+  const rows = page.map((e) => h("tr", { "data-key": e.key },
+    h("td", { class: "mono" }, e.key),
+    h("td", { class: "mono clip", title: e.value, "data-value": "" }, e.value),
+    h("td", { class: "num" }, e.revision)));
+  return [
+    h("h1", {}, `State: ${name}`),
+    table(["Key", "Value", { label: "Revision", num: true }], rows,
+      offset ? "No keys past this point." : "This bucket holds no key."),
+    h("div", { class: "pager" },
+      offset ? h("a", { class: "button", href: at(Math.max(0, offset - STATE_PAGE)) }, "← Previous") : null,
+      entries.length > STATE_PAGE ? h("a", { class: "button", "data-action": "next", href: at(offset + STATE_PAGE) }, "Next →") : null,
+      h("span", { class: "muted" }, page.length ? `keys ${offset + 1}–${offset + page.length}, in key order` : "")),
+    h("p", {}, h("a", { href: "#/state" }, "All buckets"))];
+}
+
 // ---- Token and routing ------------------------------------------------------------------
 
 function askToken(reason) {
@@ -598,7 +638,8 @@ async function route() {
   const params = new URLSearchParams(search || "");
   const nav = path === "/messages" ? (params.get("status") === "failed" ? "failed" : "messages")
     : path.startsWith("/message/") ? (NAVS.includes(params.get("from")) ? params.get("from") : "messages")
-    : path === "/handlers" ? "handlers" : "overview";
+    : path === "/handlers" ? "handlers"
+    : path === "/state" || path.startsWith("/state/") ? "state" : "overview";
   currentNav = nav;
   for (const link of document.querySelectorAll("[data-nav]")) {
     link.classList.toggle("active", link.dataset.nav === nav);
@@ -609,6 +650,8 @@ async function route() {
     if (path === "/messages") nodes = await messages(params);
     else if (path.startsWith("/message/")) nodes = await message(decodeURIComponent(path.slice("/message/".length)));
     else if (path === "/handlers") nodes = await handlers();
+    else if (path === "/state") nodes = await buckets();
+    else if (path.startsWith("/state/")) nodes = await bucket(decodeURIComponent(path.slice("/state/".length)), params);
     else nodes = await overview();
     if (mine !== generation) return;
     show(...nodes);

@@ -67,8 +67,8 @@ pub struct Shape {
     /// exactly once when the relay's repeats keep their MessageId.
     pub into_broker: bool,
     /// The handler (the `kv-state` fixture) also increments the key-value counter
-    /// `counters/total` per message, committed with the outcome: it must end equal to the
-    /// message count.
+    /// `counters/total` and one of [`CUSTOMERS`] per-customer counters per message, committed
+    /// with the outcome: they must end equal to the message counts.
     pub state: bool,
 }
 
@@ -86,6 +86,9 @@ impl Shape {
 const WORK: &str = "[queues.work]\nhandler = \"work\"\nconcurrency = 8\nlease = \"3s\"\ntimeout = \"2s\"\nbackoff = \"100ms\"\nmax_backoff = \"1s\"\nmax_attempts = 1000\n";
 
 const REPLIES: &str = "[queues.replies]\nhandler = \"none\"\n";
+
+/// In the `state` cases, message `n` also increments `counters/customer-{n % CUSTOMERS}`.
+pub const CUSTOMERS: u64 = 7;
 
 /// `replies` on the broker of `provider`, echoing into `echoes`.
 fn replies_on(provider: &str) -> String {
@@ -187,9 +190,11 @@ impl Setup {
         let lines: String = (0..total)
             .map(|n| {
                 let next = match (self.shape.into_broker, self.shape.state) {
-                    (true, _) => ",\"next_reply_to\":\"echoes\"",
-                    (false, true) => ",\"incr\":[\"total\"]",
-                    (false, false) => "",
+                    (true, _) => ",\"next_reply_to\":\"echoes\"".to_string(),
+                    (false, true) => {
+                        format!(",\"incr\":[\"total\",\"customer-{}\"]", n % CUSTOMERS)
+                    }
+                    (false, false) => String::new(),
                 };
                 format!("{{\"n\":{n},\"id\":\"m-{n}\",\"reply_to\":\"replies\"{next},\"sleep_ms\":10}}\n")
             })
@@ -237,9 +242,9 @@ impl Setup {
         }
     }
 
-    /// The key-value counter `counters/total` (absent: 0).
-    pub async fn counter(&self) -> u64 {
-        let read = self.store.state_read("counters", "total").await;
+    /// The key-value counter `counters/KEY` (absent: 0).
+    pub async fn counter(&self, key: &str) -> u64 {
+        let read = self.store.state_read("counters", key).await;
         read.expect("reading the counter")
             .map_or(0, |(v, _)| String::from_utf8(v).unwrap().parse().unwrap())
     }
