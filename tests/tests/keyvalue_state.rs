@@ -77,6 +77,60 @@ async fn only_a_successful_attempt_changes_state(db: Db) {
     host.shutdown().await;
 }
 
+/// Values of every size in one commit — empty, multi-byte UTF-8, 200 KiB — come back byte
+/// for byte (they are written together as one statement), and written over again.
+async fn values_round_trip_exactly(db: Db) {
+    let (_dir, _schema, host) = start(db).await;
+    let big: String = (0..200 * 1024)
+        .map(|i| (b'a' + (i % 26) as u8) as char)
+        .collect();
+    let values = [
+        ("empty", String::new()),
+        ("umlauts", "Grüße, ☃ and 🚢".to_string()),
+        ("big", big.clone()),
+        ("one", "1".to_string()),
+    ];
+    let set: serde_json::Map<String, serde_json::Value> = values
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let first = enqueue(&host, "work", json!({ "set": set })).await;
+    wait_status(&host, first, Status::Processed, T).await;
+    for (key, expected) in &values {
+        assert_eq!(
+            value(&host, "counters", key).await.as_ref(),
+            Some(expected),
+            "{key}"
+        );
+    }
+    let again = json!({"set": {"empty": "now set", "umlauts": "", "big": "small"}});
+    let again = enqueue(&host, "work", again).await;
+    wait_status(&host, again, Status::Processed, T).await;
+    for (key, expected) in [
+        ("empty", "now set"),
+        ("umlauts", ""),
+        ("big", "small"),
+        ("one", "1"),
+    ] {
+        assert_eq!(
+            value(&host, "counters", key).await.as_deref(),
+            Some(expected),
+            "{key}"
+        );
+    }
+    host.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_round_trip_exactly_on_sqlite() {
+    values_round_trip_exactly(Db::Sqlite).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_round_trip_exactly_on_postgres() {
+    values_round_trip_exactly(Db::Postgres).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_successful_attempt_changes_state_on_sqlite() {
     only_a_successful_attempt_changes_state(Db::Sqlite).await

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::sql::{Conn, Dialect, Pool, Sql};
+use crate::sql::{Conn, Dialect, Pool, Query, Sql};
 
 use super::QueueError;
 
@@ -53,7 +53,7 @@ pub fn counter_value(bytes: &[u8]) -> Option<u64> {
 pub type Committed = (Vec<u8>, i64);
 
 /// (bucket, key).
-type Id = (String, String);
+pub(super) type Id = (String, String);
 
 const KEYS: Sql =
     Sql::both("SELECT key FROM wharf_state WHERE bucket = $1 ORDER BY key LIMIT $2 OFFSET $3");
@@ -70,17 +70,73 @@ const LOCK_POSTGRES: &str = "SELECT s.bucket, s.key, s.value, s.revision \
      FROM wharf_state s JOIN UNNEST($1::text[], $2::text[]) AS k(bucket, key) \
      ON s.bucket = k.bucket AND s.key = k.key ORDER BY s.bucket, s.key FOR UPDATE OF s";
 
+/// What a key already present does when its new value is written over it.
+macro_rules! REPLACE {
+    () => {
+        "DO UPDATE SET value = excluded.value, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms"
+    };
+}
+
+/// SQLite: rows written from a JSON list of `[bucket, key, offset, length, revision]` and one
+/// blob of the values (`$2`), at `$3`, then what a key already present does.
+macro_rules! upsert_sqlite {
+    ($($on_conflict:tt)+) => {
+        concat!(
+            "INSERT INTO wharf_state (bucket, key, value, revision, updated_at_ms) ",
+            "SELECT json_extract(r.value, '$[0]'), json_extract(r.value, '$[1]'), ",
+            "CASE json_extract(r.value, '$[3]') WHEN 0 THEN x'' ",
+            "ELSE substr($2, json_extract(r.value, '$[2]') + 1, json_extract(r.value, '$[3]')) END, ",
+            "json_extract(r.value, '$[4]'), $3 FROM json_each($1) AS r WHERE true ",
+            "ON CONFLICT (bucket, key) ",
+            $($on_conflict)+
+        )
+    };
+}
+
 /// PostgreSQL: rows written from arrays (keys, values, revisions) in key order, at `$5`,
 /// then what a key already present does.
 macro_rules! upsert_postgres {
-    ($on_conflict:literal) => {
+    ($($on_conflict:tt)+) => {
         concat!(
             "INSERT INTO wharf_state (bucket, key, value, revision, updated_at_ms) ",
             "SELECT b, k, v, r, $5 FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::int8[]) AS u(b, k, v, r) ",
             "ORDER BY b, k ON CONFLICT (bucket, key) ",
-            $on_conflict
+            $($on_conflict)+
         )
     };
+}
+
+/// The rows of many keys, bound by [`bind_keys`]: SQLite joins a JSON list of pairs,
+/// PostgreSQL two arrays. One text for any number of keys, so it stays prepared.
+pub(super) const ROWS_OF_KEYS: Sql = Sql::each(
+    "SELECT s.bucket, s.key, s.value, s.revision FROM json_each($1) AS k \
+     JOIN wharf_state s ON s.bucket = json_extract(k.value, '$[0]') AND s.key = json_extract(k.value, '$[1]')",
+    "SELECT s.bucket, s.key, s.value, s.revision FROM UNNEST($1::text[], $2::text[]) AS k(bucket, key) \
+     JOIN wharf_state s ON s.bucket = k.bucket AND s.key = k.key",
+);
+
+/// `query` ([`ROWS_OF_KEYS`] or [`LOCK_POSTGRES`]) with the keys `ids` bound.
+pub(super) fn bind_keys<'q, 'i>(
+    query: Query<'q>,
+    dialect: Dialect,
+    ids: impl IntoIterator<Item = &'i Id>,
+) -> Query<'q> {
+    match dialect {
+        Dialect::Sqlite => {
+            let pairs: Vec<[&str; 2]> = ids
+                .into_iter()
+                .map(|(b, k)| [b.as_str(), k.as_str()])
+                .collect();
+            query.bind(serde_json::to_string(&pairs).expect("strings encode as JSON"))
+        }
+        Dialect::Postgres => {
+            let (buckets, keys): (Vec<&str>, Vec<&str>) = ids
+                .into_iter()
+                .map(|(b, k)| (b.as_str(), k.as_str()))
+                .unzip();
+            query.bind_postgres(buckets).bind_postgres(keys)
+        }
+    }
 }
 
 /// On SQLite, the transaction's write lock, taken before the reads it decides on.
@@ -185,30 +241,14 @@ pub(crate) async fn lock(
         // connection wrote meanwhile: take it now (a write statement takes it, rows or not).
         conn.query(TAKE_WRITE_LOCK).execute().await?;
     }
-    let mut rows = Vec::new();
-    if conn.dialect() == Dialect::Postgres {
-        // Two arrays, one statement text for any number of keys: it stays prepared.
-        let (buckets, keys): (Vec<&str>, Vec<&str>) =
-            ids.iter().map(|(b, k)| (b.as_str(), k.as_str())).unzip();
-        rows = conn
-            .query(LOCK_POSTGRES)
-            .bind_postgres(buckets)
-            .bind_postgres(keys)
-            .fetch_all()
-            .await?;
-    } else {
-        for chunk in ids.chunks(CHUNK) {
-            let text = format!(
-                "SELECT bucket, key, value, revision FROM wharf_state WHERE (bucket, key) IN (VALUES {}) ORDER BY bucket, key",
-                pairs(chunk.len(), 1)
-            );
-            let mut query = conn.query(text);
-            for (bucket, key) in chunk {
-                query = query.bind(bucket.as_str()).bind(key.as_str());
-            }
-            rows.extend(query.fetch_all().await?);
-        }
-    }
+    // One text for any number of keys: it stays prepared. PostgreSQL locks the rows in key
+    // order; SQLite holds the write lock already, so reading is locking.
+    let dialect = conn.dialect();
+    let query = match dialect {
+        Dialect::Postgres => conn.query(LOCK_POSTGRES),
+        Dialect::Sqlite => conn.query(&ROWS_OF_KEYS),
+    };
+    let rows = bind_keys(query, dialect, &ids).fetch_all().await?;
     let mut locked = Locked::default();
     for row in rows {
         let id: Id = (row.get("bucket")?, row.get("key")?);
@@ -319,70 +359,69 @@ async fn upsert(
     replace: bool,
     now: i64,
 ) -> Result<u64, QueueError> {
-    let on_conflict = if replace {
-        "DO UPDATE SET value = excluded.value, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms"
-    } else {
-        "DO NOTHING"
+    // Four texts in all (dialect, replace or not): each stays prepared.
+    let postgres = conn.dialect() == Dialect::Postgres;
+    let text = match (conn.dialect(), replace) {
+        (Dialect::Postgres, true) => upsert_postgres!(REPLACE!()),
+        (Dialect::Postgres, false) => upsert_postgres!("DO NOTHING"),
+        (Dialect::Sqlite, true) => upsert_sqlite!(REPLACE!()),
+        (Dialect::Sqlite, false) => upsert_sqlite!("DO NOTHING"),
     };
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    if conn.dialect() == Dialect::Postgres {
-        let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for ((bucket, key), value) in rows {
-            columns.0.push(bucket.as_str());
-            columns.1.push(key.as_str());
-            columns.2.push(value.as_slice());
-            columns.3.push(new_revision());
-        }
-        // Two texts in all (replace or not): each stays prepared.
-        let text = match replace {
-            true => upsert_postgres!(
-                "DO UPDATE SET value = excluded.value, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms"
-            ),
-            false => upsert_postgres!("DO NOTHING"),
-        };
-        return Ok(conn
-            .query(text)
-            .bind_postgres(columns.0)
-            .bind_postgres(columns.1)
-            .bind_postgres(columns.2)
-            .bind_postgres(columns.3)
-            .bind(now)
-            .execute()
-            .await?);
-    }
     let mut written = 0;
-    for chunk in rows.chunks(CHUNK) {
-        let values = (0..chunk.len())
-            .map(|i| {
-                let p = i * 5;
-                format!(
-                    "(${}, ${}, ${}, ${}, ${})",
-                    p + 1,
-                    p + 2,
-                    p + 3,
-                    p + 4,
-                    p + 5
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let text = format!(
-            "INSERT INTO wharf_state (bucket, key, value, revision, updated_at_ms) VALUES {values} ON CONFLICT (bucket, key) {on_conflict}"
-        );
-        let mut query = conn.query(text);
-        for ((bucket, key), value) in chunk {
-            query = query
-                .bind(bucket.as_str())
-                .bind(key.as_str())
-                .bind(value.as_slice())
-                .bind(new_revision())
-                .bind(now);
-        }
-        written += query.execute().await?;
+    for chunk in by_size(rows) {
+        let query = conn.query(text);
+        let query = if postgres {
+            let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for ((bucket, key), value) in chunk {
+                columns.0.push(bucket.as_str());
+                columns.1.push(key.as_str());
+                columns.2.push(value.as_slice());
+                columns.3.push(new_revision());
+            }
+            query
+                .bind_postgres(columns.0)
+                .bind_postgres(columns.1)
+                .bind_postgres(columns.2)
+                .bind_postgres(columns.3)
+        } else {
+            // The values as one blob, each row `[bucket, key, offset, length, revision]`.
+            let mut blob = Vec::new();
+            let mut list = Vec::with_capacity(chunk.len());
+            for ((bucket, key), value) in chunk {
+                list.push(serde_json::json!([
+                    bucket,
+                    key,
+                    blob.len(),
+                    value.len(),
+                    new_revision()
+                ]));
+                blob.extend_from_slice(value);
+            }
+            query
+                .bind(serde_json::Value::Array(list).to_string())
+                .bind(blob)
+        };
+        written += query.bind(now).execute().await?;
     }
     Ok(written)
+}
+
+/// `rows` in chunks of at most [`CHUNK`] rows and 64 MiB of values.
+fn by_size<'r, 'a>(rows: &'r [(&'a Id, &'a Vec<u8>)]) -> Vec<&'r [(&'a Id, &'a Vec<u8>)]> {
+    const MAX_BYTES: usize = 64 << 20;
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, (_, value)) in rows.iter().enumerate() {
+        if i > start && (i - start == CHUNK || bytes + value.len() > MAX_BYTES) {
+            chunks.push(&rows[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += value.len();
+    }
+    if start < rows.len() {
+        chunks.push(&rows[start..]);
+    }
+    chunks
 }
 
 /// Delete `bucket`/`key` (an operator's command); returns whether it existed.

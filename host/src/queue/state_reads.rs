@@ -10,24 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use tokio::sync::{mpsc, oneshot};
 
 use super::QueueError;
-use super::state::Committed;
-use crate::sql::{Pool, Sql};
+use super::state::{Committed, Id, ROWS_OF_KEYS, bind_keys};
+use crate::sql::Pool;
 
 /// Most reads answered by one statement.
 const MAX_BATCH: usize = 512;
 
-/// (bucket, key).
-type Id = (String, String);
-
 type Reply = oneshot::Sender<Result<Option<Committed>, String>>;
-
-/// Many keys' committed values: PostgreSQL joins two arrays, SQLite a JSON list of pairs.
-const READ_MANY: Sql = Sql::each(
-    "SELECT s.bucket, s.key, s.value, s.revision FROM json_each($1) AS k \
-     JOIN wharf_state s ON s.bucket = json_extract(k.value, '$[0]') AND s.key = json_extract(k.value, '$[1]')",
-    "SELECT s.bucket, s.key, s.value, s.revision FROM UNNEST($1::text[], $2::text[]) AS k(bucket, key) \
-     JOIN wharf_state s ON s.bucket = k.bucket AND s.key = k.key",
-);
 
 /// Handle to the task that reads for every caller of one store.
 #[derive(Debug, Clone)]
@@ -43,6 +32,11 @@ impl StateReads {
             let mut batch = Vec::with_capacity(MAX_BATCH);
             while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
                 let ids: BTreeSet<&Id> = batch.iter().map(|(id, _)| id).collect();
+                tracing::trace!(
+                    reads = batch.len(),
+                    keys = ids.len(),
+                    "reading committed state"
+                );
                 let found = read_many(&pool, ids).await.map_err(|e| e.to_string());
                 for (id, reply) in batch.drain(..) {
                     let answer = match &found {
@@ -78,18 +72,7 @@ impl StateReads {
 
 /// The committed values of `ids` (the absent ones left out), in one statement.
 async fn read_many(pool: &Pool, ids: BTreeSet<&Id>) -> Result<BTreeMap<Id, Committed>, QueueError> {
-    let query = pool.query(&READ_MANY);
-    let query = match pool.dialect() {
-        crate::sql::Dialect::Sqlite => {
-            let pairs: Vec<[&str; 2]> = ids.iter().map(|(b, k)| [b.as_str(), k.as_str()]).collect();
-            query.bind(serde_json::to_string(&pairs).expect("strings encode as JSON"))
-        }
-        crate::sql::Dialect::Postgres => {
-            let (buckets, keys): (Vec<&str>, Vec<&str>) =
-                ids.iter().map(|(b, k)| (b.as_str(), k.as_str())).unzip();
-            query.bind_postgres(buckets).bind_postgres(keys)
-        }
-    };
+    let query = bind_keys(pool.query(&ROWS_OF_KEYS), pool.dialect(), ids);
     let mut found = BTreeMap::new();
     for row in query.fetch_all().await? {
         found.insert(
