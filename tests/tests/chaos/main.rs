@@ -9,13 +9,15 @@
 //! to resume once the fault ended, and whether `/readyz` went red during the fault and green
 //! again.
 //!
-//! The `kills` rows strike five times (messages from Kafka and RabbitMQ changing key-value
-//! state with the SQL inbox: the broker half of the state crash test in `state_crash.rs`).
+//! The `kills` rows strike five times: the follow-up column (every source, into SQL and into a
+//! broker, with and without the inbox), and messages from Kafka and RabbitMQ changing
+//! key-value state with the SQL inbox (the broker half of the state crash test in
+//! `state_crash.rs`, with its message count).
 //!
 //! `cargo xtask test` runs the short form (few messages, 3 s cuts, 2,000 messages for the
-//! `kills` rows); `cargo xtask chaos` runs the long form (`WHARF_CHAOS_MESSAGES`,
-//! `WHARF_CHAOS_CUT_SECS`, `WHARF_STATE_CRASH_MESSAGES`) and writes every row to
-//! `WHARF_CHAOS_OUT` for the table in docs/guarantees.md.
+//! state `kills` rows) without the `chaos_only` rows; `cargo xtask chaos` runs the long form
+//! (`WHARF_CHAOS_MESSAGES`, `WHARF_CHAOS_CUT_SECS`, `WHARF_STATE_CRASH_MESSAGES`) and writes
+//! every row to `WHARF_CHAOS_OUT` for the table in docs/guarantees.md.
 
 mod backend;
 
@@ -31,7 +33,7 @@ enum Fault {
     /// SIGKILL of the host mid-load; a new host starts at once.
     Kill,
     /// [`KILLS`] SIGKILLs of the host spread over the middle third of the load (each new
-    /// host processing before it is killed), with [`crash_messages`] messages.
+    /// host processing before it is killed).
     Kills,
     /// SIGTERM mid-load (graceful stop); a new host starts once it exited.
     Terminate,
@@ -49,32 +51,36 @@ enum Fault {
 
 /// SIGKILLs in a [`Fault::Kills`] case.
 const KILLS: u64 = 5;
+const _: () = assert!(KILLS == 5, "the fault's name says five");
 
 impl Fault {
-    fn name(self) -> String {
+    fn name(self) -> &'static str {
         match self {
-            Fault::Kills => {
-                return format!(
-                    "{KILLS} SIGKILLs of the host, {} messages",
-                    crash_messages()
-                );
-            }
             Fault::Kill => "SIGKILL of the host",
+            Fault::Kills => "5 SIGKILLs of the host",
             Fault::Terminate => "SIGTERM during load",
             Fault::CloseConnections => "store connections killed",
             Fault::CutNetwork => "network to the store cut",
             Fault::RestartStore => "store crashed and restarted",
             Fault::BrokerDown => "broker down (connections refused)",
         }
-        .to_string()
     }
+}
 
-    /// How many messages a case with this fault runs.
-    fn messages(self) -> u64 {
-        match self {
-            Fault::Kills => crash_messages(),
-            _ => messages(),
-        }
+/// The fault column of a row: the fault, and the message count when it is not the table's.
+fn fault_name(fault: Fault, shape: Shape) -> String {
+    match case_messages(fault, shape) {
+        n if n == messages() => fault.name().to_string(),
+        n => format!("{}, {n} messages", fault.name()),
+    }
+}
+
+/// How many messages a case runs: [`crash_messages`] for repeated kills with key-value
+/// state (the broker half of the state crash test), else [`messages`].
+fn case_messages(fault: Fault, shape: Shape) -> u64 {
+    match (fault, shape.state) {
+        (Fault::Kills, true) => crash_messages(),
+        _ => messages(),
     }
 }
 
@@ -85,7 +91,7 @@ fn messages() -> u64 {
         .unwrap_or(300)
 }
 
-/// Messages of a [`Fault::Kills`] case: `WHARF_STATE_CRASH_MESSAGES` (2,000 by default; the
+/// Messages of a [`Fault::Kills`] case with key-value state: `WHARF_STATE_CRASH_MESSAGES` (2,000 by default; the
 /// crash test of handler state reads it too).
 fn crash_messages() -> u64 {
     std::env::var("WHARF_STATE_CRASH_MESSAGES")
@@ -184,7 +190,7 @@ async fn runs(setup: &Setup) -> BTreeMap<i64, u64> {
 /// with the SQL inbox or with MessageIds).
 async fn case(backend: Backend, fault: Fault, shape: Shape) {
     wharf_tests::init_logging();
-    let total = fault.messages();
+    let total = case_messages(fault, shape);
     let settle = settle_for(total);
     let dir = TestDir::new();
     dir.deploy("work", if shape.state { "kv_state" } else { "flaky" });
@@ -334,7 +340,7 @@ fn report(
 ) {
     let row = serde_json::json!({
         "backend": row_name(backend, shape),
-        "fault": fault.name(),
+        "fault": fault_name(fault, shape),
         "messages": total,
         "lost": lost,
         "duplicates": duplicates,
@@ -377,6 +383,12 @@ fn row_name(backend: Backend, shape: Shape) -> String {
     name
 }
 
+/// Whether this is `cargo xtask chaos` (the long form), which sets `WHARF_CHAOS_OUT`: the
+/// `chaos_only` rows run only there.
+fn long_form() -> bool {
+    std::env::var_os("WHARF_CHAOS_OUT").is_some()
+}
+
 macro_rules! matrix {
     ($($name:ident: $backend:expr, $fault:expr $(, $option:ident)*;)*) => {
         $(
@@ -385,6 +397,10 @@ macro_rules! matrix {
                 #[allow(unused_mut)]
                 let mut shape = Shape::default();
                 $(shape.$option = true;)*
+                if shape.chaos_only && !long_form() {
+                    println!("a row of `cargo xtask chaos` only");
+                    return;
+                }
                 case($backend, $fault, shape).await;
             }
         )*
@@ -446,4 +462,23 @@ matrix! {
     rabbitmq_kill_ids_state: Backend::RabbitMq, Fault::Kill, ids, state;
     kafka_kills_inbox_state: Backend::Kafka, Fault::Kills, inbox, state;
     rabbitmq_kills_inbox_state: Backend::RabbitMq, Fault::Kills, inbox, state;
+    // The follow-up column: five kills, into a SQL target and into a broker target, from
+    // each source — with the SQL inbox from a broker (exactly once), and without it
+    // (duplicates counted). `cargo xtask test` runs the SQL sources and Kafka with the inbox.
+    sqlite_kills: Backend::Sqlite, Fault::Kills;
+    postgres_kills: Backend::Postgres, Fault::Kills;
+    kafka_kills_inbox: Backend::Kafka, Fault::Kills, inbox;
+    redis_kills_inbox: Backend::Redis, Fault::Kills, inbox, chaos_only;
+    rabbitmq_kills_inbox: Backend::RabbitMq, Fault::Kills, inbox, chaos_only;
+    servicebus_kills_inbox: Backend::ServiceBus, Fault::Kills, inbox, chaos_only;
+    redis_kills: Backend::Redis, Fault::Kills, chaos_only;
+    rabbitmq_kills: Backend::RabbitMq, Fault::Kills, chaos_only;
+    kafka_kills: Backend::Kafka, Fault::Kills, chaos_only;
+    servicebus_kills: Backend::ServiceBus, Fault::Kills, chaos_only;
+    sqlite_kills_into_broker: Backend::Sqlite, Fault::Kills, into_broker, chaos_only;
+    postgres_kills_into_broker: Backend::Postgres, Fault::Kills, into_broker, chaos_only;
+    redis_kills_inbox_into_broker: Backend::Redis, Fault::Kills, inbox, into_broker, chaos_only;
+    rabbitmq_kills_inbox_into_broker: Backend::RabbitMq, Fault::Kills, inbox, into_broker, chaos_only;
+    kafka_kills_inbox_into_broker: Backend::Kafka, Fault::Kills, inbox, into_broker, chaos_only;
+    servicebus_kills_inbox_into_broker: Backend::ServiceBus, Fault::Kills, inbox, into_broker, chaos_only;
 }

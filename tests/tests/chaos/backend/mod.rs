@@ -70,6 +70,8 @@ pub struct Shape {
     /// `counters/total` and one of [`CUSTOMERS`] per-customer counters per message, committed
     /// with the outcome: they must end equal to the message counts.
     pub state: bool,
+    /// The case runs only in `cargo xtask chaos` (the long form).
+    pub chaos_only: bool,
 }
 
 impl Shape {
