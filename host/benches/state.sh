@@ -3,9 +3,10 @@
 # key-value counters each (STATE=1 or OP=incr), against the same drain without state
 # (STATE=0 or OP=none: the handler opens no bucket). OP=get reads one of 1,000 keys (absent),
 # OP=set stages a set of one: their per-message cost is 1/rate - 1/rate(none).
-# DB=postgres (default) or DB=sqlite. Alternate the forms to compare:
+# DB=postgres (default) or DB=sqlite; CONCURRENCY=N sets the queue's concurrency (default: the
+# automatic one). Alternate the forms to compare:
 #   WHARF=path/to/wharf KV=sample-handlers/target/wasm32-wasip2/release/kv_state.wasm \
-#     N=20000 OP=incr DB=postgres host/benches/state.sh
+#     N=100000 OP=incr DB=postgres host/benches/state.sh
 set -uo pipefail
 WHARF=${WHARF:?}; KV=${KV:?}; N=${N:-20000}; STATE=${STATE:-1}; DB=${DB:-postgres}
 PG=postgres://postgres@127.0.0.1:5432/test
@@ -24,6 +25,7 @@ $storage
 keyvalue = ["counters"]
 [queues.bench]
 handler = "kv"
+$([ -n "${CONCURRENCY:-}" ] && echo "concurrency = $CONCURRENCY")
 TOML
 OP=${OP:-$([ "$STATE" = 1 ] && echo incr || echo none)}
 case "$OP" in
@@ -34,10 +36,12 @@ case "$OP" in
   *) echo "OP must be incr, get, set or none"; exit 2 ;;
 esac
 (cd "$d" && "$WHARF" enqueue bench --file m.jsonl >/dev/null 2>"$d/enq.err") || { echo "enqueue failed: $(tail -2 $d/enq.err)"; exit 1; }
-count() {
-  if [ "$DB" = postgres ]; then psql -qtA "$PG" -c "select count(*) from $schema.messages where queue='bench' and status<>'processed'" 2>/dev/null
-  else sqlite3 "$d/wharf.db" "select count(*) from messages where queue='bench' and status<>'processed'" 2>/dev/null; fi
-}
+# Messages not yet processed, asked of one database session kept open for the whole run (a
+# new psql per poll, and a scan of every message, took a core's worth of the machine).
+left="select count(*) from messages where queue = 'bench' and status in ('pending', 'sleeping', 'processing');"
+if [ "$DB" = postgres ]; then coproc DBQ { psql -qtA "$PG" -c "set search_path = $schema" -f - 2>/dev/null; }
+else coproc DBQ { sqlite3 -cmd ".timeout 5000" "$d/wharf.db" 2>/dev/null; }; fi
+count() { echo "$left" >&"${DBQ[1]}"; local r; read -r -t 5 r <&"${DBQ[0]}"; echo "$r"; }
 (cd "$d" && exec "$WHARF" run >"$d/run.log" 2>&1) & pid=$!
 hi=$((N*99/100)); lo=$((N/100)); ts=""; te=""
 for i in $(seq 1 6000); do
@@ -47,7 +51,7 @@ for i in $(seq 1 6000); do
   [ -n "$ts" ] && [ $done_n -ge $hi ] && { te=$t; ne=$done_n; break; }
   sleep 0.05
 done
-kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; kill "$DBQ_PID" 2>/dev/null
 rate=$(echo "($ne - $ns) / ($te - $ts)" | bc -l)
 printf "db=%s op=%s N=%d drain %.0f msg/s\n" "$DB" "$OP" "$N" "$rate"
 [ "$DB" = postgres ] && psql -qtA "$PG" -c "drop schema if exists $schema cascade" >/dev/null 2>&1
