@@ -44,15 +44,24 @@ if [ "$DB" = postgres ]; then coproc DBQ { psql -qtA "$PG" -c "set search_path =
 else coproc DBQ { sqlite3 -cmd ".timeout 5000" "$d/wharf.db" 2>/dev/null; }; fi
 count() { echo "$left" >&"${DBQ[1]}"; local r; read -r -t 5 r <&"${DBQ[0]}"; echo "$r"; }
 (cd "$d" && exec "$WHARF" run >"$d/run.log" 2>&1) & pid=$!
-hi=$((N*99/100)); lo=$((N/100)); ts=""; te=""
-for i in $(seq 1 6000); do
+hi=$((N*99/100)); lo=$((N/100)); ts=""; te=""; last=-1; moved=$(now)
+while :; do
   r=$(count); [ -z "$r" ] && r=$N
   done_n=$((N - r)); t=$(now)
   [ -z "$ts" ] && [ $done_n -ge $lo ] && { ts=$t; ns=$done_n; }
   [ -n "$ts" ] && [ $done_n -ge $hi ] && { te=$t; ne=$done_n; break; }
+  [ $done_n -ne $last ] && { last=$done_n; moved=$t; }
+  # No progress for 30 s: the drain is stuck (a handler that does not load, a full pool, …).
+  [ "$(echo "$t - $moved > 30" | bc)" = 1 ] && break
   sleep 0.2
 done
 kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; kill "$DBQ_PID" 2>/dev/null
+if [ -z "$te" ] || [ "$(echo "$te > $ts" | bc)" != 1 ]; then
+  echo "db=$DB op=$OP: the drain stopped at $done_n of $N messages; the host's last lines:"
+  tail -5 "$d/run.log"
+  [ "$DB" = postgres ] && psql -qtA "$PG" -c "drop schema if exists $schema cascade" >/dev/null 2>&1
+  rm -rf "$d"; exit 1
+fi
 rate=$(echo "($ne - $ns) / ($te - $ts)" | bc -l)
 printf "db=%s op=%s N=%d drain %.0f msg/s\n" "$DB" "$OP" "$N" "$rate"
 [ "$DB" = postgres ] && psql -qtA "$PG" -c "drop schema if exists $schema cascade" >/dev/null 2>&1
