@@ -1,6 +1,6 @@
 //! Handlers' key-value state (`wasi:keyvalue`) in the SQL store: the table `wharf_state`,
 //! keyed by (bucket, key), with a revision that changes on every write. A call reads the
-//! committed state through [`super::state_reads`] (batched); its staged changes ([`StateWrite`]) are committed with its
+//! committed state through [`super::state_reads`] (coalesced); its staged changes ([`StateWrite`]) are committed with its
 //! message's settlement: [`lock`] locks the rows a batch changes and finds the settlements
 //! whose read-then-set lost a race (a state conflict), [`write`] writes what the applied
 //! ones changed. Increments commit as increments on the locked value.
@@ -65,10 +65,14 @@ const ENTRIES: Sql = Sql::both(
 const BUCKETS: Sql =
     Sql::both("SELECT bucket, COUNT(*) AS n FROM wharf_state GROUP BY bucket ORDER BY bucket");
 
-/// PostgreSQL: the rows of the keys in two arrays, locked in key order.
+/// PostgreSQL: the rows of the keys in two arrays, locked in the arrays' order (the callers'
+/// key order, the same in every process, so two transactions never wait for each other in a
+/// circle). Each key is looked up in the primary key by itself: as one join, the statement's
+/// generic plan hashes the keys and scans the whole table for every batch.
 const LOCK_POSTGRES: &str = "SELECT s.bucket, s.key, s.value, s.revision \
-     FROM wharf_state s JOIN UNNEST($1::text[], $2::text[]) AS k(bucket, key) \
-     ON s.bucket = k.bucket AND s.key = k.key ORDER BY s.bucket, s.key FOR UPDATE OF s";
+     FROM UNNEST($1::text[], $2::text[]) AS k(bucket, key) CROSS JOIN LATERAL \
+     (SELECT bucket, key, value, revision FROM wharf_state \
+      WHERE bucket = k.bucket AND key = k.key FOR UPDATE) s";
 
 /// What a key already present does when its new value is written over it.
 macro_rules! REPLACE {
@@ -106,13 +110,20 @@ macro_rules! upsert_postgres {
     };
 }
 
+/// The row of one key (`$1` bucket, `$2` key).
+pub(super) const ROW_OF_KEY: Sql =
+    Sql::both("SELECT value, revision FROM wharf_state WHERE bucket = $1 AND key = $2");
+
 /// The rows of many keys, bound by [`bind_keys`]: SQLite joins a JSON list of pairs,
-/// PostgreSQL two arrays. One text for any number of keys, so it stays prepared.
+/// PostgreSQL two arrays. One text for any number of keys, so it stays prepared. PostgreSQL
+/// looks each key up in the primary key by itself (`OFFSET 0` keeps the subquery apart): as
+/// one join, the statement's generic plan hashes the keys and scans the whole table.
 pub(super) const ROWS_OF_KEYS: Sql = Sql::each(
     "SELECT s.bucket, s.key, s.value, s.revision FROM json_each($1) AS k \
      JOIN wharf_state s ON s.bucket = json_extract(k.value, '$[0]') AND s.key = json_extract(k.value, '$[1]')",
     "SELECT s.bucket, s.key, s.value, s.revision FROM UNNEST($1::text[], $2::text[]) AS k(bucket, key) \
-     JOIN wharf_state s ON s.bucket = k.bucket AND s.key = k.key",
+     CROSS JOIN LATERAL (SELECT bucket, key, value, revision FROM wharf_state \
+     WHERE bucket = k.bucket AND key = k.key OFFSET 0) s",
 );
 
 /// `query` ([`ROWS_OF_KEYS`] or [`LOCK_POSTGRES`]) with the keys `ids` bound.

@@ -3,7 +3,7 @@
 //! checkpoints, PostgreSQL's notifications, vacuums and one-statement settlements — lives in
 //! `sqlite/` and `postgres/`.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::PgPool;
@@ -44,8 +44,8 @@ pub struct SqlStore {
     pub(super) engine: Engine,
     /// Raised when this process committed outbox rows.
     pub(super) outbox_written: Arc<Notify>,
-    /// Handler calls' reads of committed key-value state, batched (started on first use).
-    pub(super) state_reads: OnceLock<StateReads>,
+    /// Handler calls' reads of committed key-value state, coalesced.
+    pub(super) state_reads: StateReads,
 }
 
 /// The parts of a store only one database has.
@@ -69,8 +69,10 @@ impl SqlStore {
     pub async fn open_sqlite(url: &str, max_connections: u32) -> Result<Self, QueueError> {
         let connected = sqlite::connect(url, max_connections).await?;
         let writer = Pool::Sqlite(connected.writer);
+        let readers = Pool::Sqlite(connected.readers);
         Ok(SqlStore {
-            readers: Pool::Sqlite(connected.readers),
+            state_reads: StateReads::new(readers.clone()),
+            readers,
             leases: writer.clone(),
             settlements: writer.clone(),
             pool: writer,
@@ -78,7 +80,6 @@ impl SqlStore {
                 _checkpointer: connected.checkpointer,
             },
             outbox_written: Arc::default(),
-            state_reads: OnceLock::new(),
         })
     }
 
@@ -94,6 +95,7 @@ impl SqlStore {
         Ok(SqlStore {
             pool: Pool::Postgres(pool.clone()),
             readers: Pool::Postgres(pool.clone()),
+            state_reads: StateReads::new(Pool::Postgres(pool.clone())),
             leases: Pool::Postgres(connected.leases),
             settlements: Pool::Postgres(connected.settlements),
             engine: Engine::Postgres {
@@ -102,7 +104,6 @@ impl SqlStore {
                 pool,
             },
             outbox_written: Arc::default(),
-            state_reads: OnceLock::new(),
         })
     }
 
@@ -377,10 +378,7 @@ impl QueueStore for SqlStore {
     }
 
     async fn state_read(&self, bucket: &str, key: &str) -> Result<Option<Committed>, QueueError> {
-        let reads = self
-            .state_reads
-            .get_or_init(|| StateReads::start(self.readers.clone()));
-        reads.read(bucket, key).await
+        self.state_reads.read(bucket, key).await
     }
 
     async fn state_keys(

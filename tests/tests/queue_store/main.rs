@@ -8,6 +8,7 @@ mod leases;
 mod management;
 mod retention;
 mod sessions;
+mod state_reads;
 
 use std::sync::Arc;
 
@@ -129,6 +130,8 @@ macro_rules! conformance {
                 sessions::a_handoff_blocks_until_an_operator_settles_it,
                 sessions::an_abandoned_lease_blocks_its_session,
                 sessions::concurrent_processors_keep_every_session_in_order,
+                state_reads::concurrent_reads_each_get_their_key,
+                state_reads::cancelled_reads_never_stall_the_others,
             );
         )*
     };
