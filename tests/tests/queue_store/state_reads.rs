@@ -37,12 +37,15 @@ async fn read(store: &Arc<dyn QueueStore>, i: u64) -> Option<String> {
 
 pub async fn concurrent_reads_each_get_their_key(store: Arc<dyn QueueStore>) {
     commit_counters(&store).await;
-    let reads = (0..400u64).map(|n| {
-        let store = store.clone();
-        // Some keys absent, many read by several callers at once.
-        let i = n % (KEYS + 5);
-        tokio::spawn(async move { (i, read(&store, i).await) })
-    });
+    // Every read started before any is awaited, so they run at once.
+    let reads: Vec<_> = (0..400u64)
+        .map(|n| {
+            let store = store.clone();
+            // Some keys absent, many read by several callers at once.
+            let i = n % (KEYS + 5);
+            tokio::spawn(async move { (i, read(&store, i).await) })
+        })
+        .collect();
     for read in reads {
         let (i, value) = read.await.unwrap();
         let expected = (i < KEYS).then(|| (i + 1).to_string());
