@@ -23,6 +23,7 @@ pub mod replay;
 pub mod runtime;
 pub mod schema_lock;
 pub mod sql;
+pub mod telemetry;
 
 pub use config::Config;
 pub use host::{RunningHost, StartOptions, start, start_with};

@@ -241,6 +241,7 @@ impl Replayer {
         let effects = CallEffects {
             enqueuer: capture.clone(),
             state: state.clone(),
+            trace: None,
         };
         let result = invoke(&handler, guest_message, queue.timeout, effects)
             .with_subscriber(subscriber)

@@ -399,6 +399,11 @@ pub fn wharf_binary() -> PathBuf {
 
 /// `wharf run` with `dir/wharf.toml`, its log appended to `dir/wharf.log`.
 pub fn spawn_wharf(dir: &Path) -> WharfProcess {
+    spawn_wharf_with(dir, &[])
+}
+
+/// [`spawn_wharf`] with global options before `run` (e.g. `--log-format json`).
+pub fn spawn_wharf_with(dir: &Path, options: &[&str]) -> WharfProcess {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -406,7 +411,9 @@ pub fn spawn_wharf(dir: &Path) -> WharfProcess {
         .expect("the log file");
     let child = std::process::Command::new(wharf_binary())
         .current_dir(dir)
-        .args(["--config", "wharf.toml", "run"])
+        .args(["--config", "wharf.toml"])
+        .args(options)
+        .arg("run")
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .spawn()

@@ -6,7 +6,7 @@
 //! writes to.
 //!
 //! A `toml` block is a `wharf.toml` example when it has a `[host]`, `[storage]`, `[admin]`,
-//! `[external]`, `[inbox…]`, `[queues.…]` or `[providers.…]` table. An HTML comment on the
+//! `[external]`, `[inbox…]`, `[queues.…]`, `[providers.…]` or `[telemetry]` table. An HTML comment on the
 //! line right before a block marks it: `<!-- fragment -->` skips it, `<!-- env: NAME=VALUE -->`
 //! gives `${NAME}` a value. Otherwise `${NAME:-default}` takes its default and `${NAME}` a
 //! dummy value.
@@ -449,6 +449,7 @@ fn is_wharf_toml(block: &Block) -> bool {
                 "[inbox",
                 "[queues.",
                 "[providers.",
+                "[telemetry]",
             ]
             .iter()
             .any(|table| line.starts_with(table))

@@ -49,7 +49,8 @@ pub async fn enqueue_file(
     // order: a session keeps the file's order, and the last line for an id is the version
     // that stays. The others are spread evenly.
     let mut chunks: Vec<Vec<NewMessage>> = (0..PARALLEL).map(|_| Vec::new()).collect();
-    for (n, message) in messages.into_iter().enumerate() {
+    for (n, mut message) in messages.into_iter().enumerate() {
+        router.trace_send(&queue, &mut message);
         let slot = match message.session.as_ref().or(message.id.as_ref()) {
             Some(key) => {
                 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};

@@ -146,6 +146,21 @@ pub enum MessagesCommand {
 /// `wharf enqueue`.
 pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> {
     let (config, store) = open_store(cli).await?;
+    let tracing = crate::telemetry::start_if(config.traces.as_ref())?;
+    let done = enqueue_with(cli, args, config, store).await;
+    if let Some(tracing) = tracing {
+        tracing.finish().await;
+    }
+    done
+}
+
+/// [`enqueue`], its configuration and store open.
+async fn enqueue_with(
+    cli: &Cli,
+    args: &EnqueueArgs,
+    config: crate::Config,
+    store: std::sync::Arc<dyn crate::queue::QueueStore>,
+) -> anyhow::Result<ExitCode> {
     let providers = crate::external::Providers::open(&config)
         .await
         .map_err(|(name, e)| {
@@ -186,10 +201,11 @@ pub async fn enqueue(cli: &Cli, args: &EnqueueArgs) -> anyhow::Result<ExitCode> 
         providers.close().await;
         return done;
     }
-    let message = NewMessage {
+    let mut message = NewMessage {
         payload: args.payload.clone().unwrap_or_default(),
         ..template
     };
+    router.trace_send(&args.queue, &mut message);
     let done = router.enqueue(&args.queue, message).await;
     providers.close().await;
     let done = done?;

@@ -23,6 +23,7 @@ pub fn deployment_warnings(config: &Config) -> Vec<String> {
 
 /// Run until a shutdown signal.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    let tracing = crate::telemetry::start_if(config.traces.as_ref())?;
     let host = crate::host::start(config).await?;
     let token = host.shutdown_token();
     tokio::spawn(async move {
@@ -36,6 +37,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         std::process::exit(130);
     });
     host.wait().await;
+    if let Some(tracing) = tracing {
+        tracing.finish().await;
+    }
     Ok(())
 }
 

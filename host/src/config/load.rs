@@ -82,6 +82,10 @@ impl Config {
             })?;
         config.source = path.to_path_buf();
         config.admin.resolve(env(super::TOKEN_ENV));
+        config.traces = config
+            .telemetry
+            .resolve(env)
+            .map_err(|(key, reason)| ConfigError::key(path, key, reason))?;
         config.resolve_paths();
         config.resolve_concurrency();
         config.validate()?;

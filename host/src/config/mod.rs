@@ -10,6 +10,7 @@ mod load;
 mod outbound_host;
 mod queue;
 mod secret;
+mod telemetry;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -30,6 +31,7 @@ pub use load::ConfigError;
 pub use outbound_host::{BadOutboundHost, OutboundHost};
 pub use queue::{AUTO_CONCURRENCY, QueueConfig, RetentionConfig};
 pub use secret::{Secret, redacted_url};
+pub use telemetry::{Sampling, Telemetry, TelemetryConfig};
 pub(crate) use validate::check_name;
 pub(crate) use validate::is_valid_name;
 
@@ -64,6 +66,13 @@ pub struct Config {
     /// `[admin]`: the admin API's token.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// `[telemetry]`: OpenTelemetry traces, as written.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+    /// `[telemetry]` resolved with the `OTEL_*` variables (not a key; set by the loader):
+    /// `None` when traces are off.
+    #[serde(skip)]
+    pub traces: Option<Telemetry>,
 }
 
 /// `[host]`.
@@ -192,6 +201,8 @@ impl Config {
             providers: BTreeMap::new(),
             external: ExternalConfig::default(),
             admin: AdminConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            traces: None,
         }
     }
 

@@ -8,6 +8,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
 
 use super::effects::{self, CommitError, ForSettlement, STATE_RERUNS, Staging};
 use super::outcome::{decide, transient};
@@ -17,6 +18,7 @@ use crate::inbox::{InboxKey, InboxStore};
 use crate::metrics::MessageOutcome;
 use crate::queue::{Backoff, Disposition};
 use crate::runtime::{CallEffects, InvokeError, LoadedHandler, Outcome, StateCall};
+use crate::telemetry::{Delivery, Destination, Processing, SQL_SYSTEM};
 
 /// How a completion by a pending handoff is named (the message's `outcome`).
 pub(crate) const PENDING_HANDOFF: &str = "pending-handoff";
@@ -117,8 +119,55 @@ pub(crate) async fn check_keys(
         .collect()
 }
 
-/// Process one received message and settle it.
+/// Process one received message and settle it, under its `process` span when traces are
+/// on (the log lines of the delivery then carry its trace and span ids).
 pub(crate) async fn process<S: Source>(
+    shared: Arc<Shared<S>>,
+    handler: Arc<LoadedHandler>,
+    seq: u64,
+    work: Work<S::Handle>,
+    check: Precheck,
+    received: Instant,
+    permit: OwnedSemaphorePermit,
+) {
+    let p = &shared.pipeline;
+    let provider = shared.source.provider();
+    let at = Destination {
+        queue: &p.name,
+        system: if provider == "sql" {
+            SQL_SYSTEM
+        } else {
+            provider
+        },
+    };
+    let delivery = Delivery {
+        message_id: work.message.id.as_deref(),
+        headers: &work.message.headers,
+        attempt: work.message.attempt,
+        group: None,
+    };
+    let Some(trace) = Processing::start(at, &delivery) else {
+        return deliver(shared, handler, seq, work, check, received, permit, None).await;
+    };
+    let (trace_id, span_id) = trace.ids();
+    let span = tracing::info_span!("message", trace_id, span_id);
+    deliver(
+        shared,
+        handler,
+        seq,
+        work,
+        check,
+        received,
+        permit,
+        Some(trace),
+    )
+    .instrument(span)
+    .await
+}
+
+/// [`process`], its span started.
+#[allow(clippy::too_many_arguments)]
+async fn deliver<S: Source>(
     shared: Arc<Shared<S>>,
     handler: Arc<LoadedHandler>,
     seq: u64,
@@ -126,6 +175,7 @@ pub(crate) async fn process<S: Source>(
     check: Precheck,
     received: Instant,
     permit: OwnedSemaphorePermit,
+    trace: Option<Processing>,
 ) {
     let p = &shared.pipeline;
     let attempt = work.message.attempt;
@@ -158,12 +208,16 @@ pub(crate) async fn process<S: Source>(
         Ok(inbox) => inbox,
         Err(disposition) => {
             let (disposition, outcome) = disposition;
+            if let Some(trace) = &trace {
+                trace_outcome(trace, &disposition, outcome, None);
+            }
             finish(
                 &shared,
                 seq,
                 work.handle,
                 verdict(disposition, outcome),
                 permit,
+                trace,
             )
             .await;
             return;
@@ -191,6 +245,7 @@ pub(crate) async fn process<S: Source>(
     let effects = CallEffects {
         enqueuer: staging.clone(),
         state: state.clone(),
+        trace: trace.as_ref().map(|t| t.context().clone()),
     };
     let result = crate::runtime::invoke_starting_by(
         &handler,
@@ -215,6 +270,7 @@ pub(crate) async fn process<S: Source>(
     // 3. Effects, only after the guest succeeded: its follow-ups, and the inbox record
     // (not for a pending handoff).
     let mut effects = ForSettlement::default();
+    let mut error_type = error_type(&result);
     // A state conflict runs the message again uncounted, up to a bound; then it is counted.
     let reruns = shared.state_conflicts.reruns(&delivery);
     let on_conflict = |key: &str| match reruns < STATE_RERUNS {
@@ -238,13 +294,20 @@ pub(crate) async fn process<S: Source>(
             Err(CommitError::StateConflict(key)) => {
                 shared.state_conflicts.conflicted(&p.name, &delivery, &key);
                 disposition = on_conflict(&key);
+                error_type = Some("state-conflict");
             }
-            Err(CommitError::Failed(e)) => disposition = failed(e),
+            Err(CommitError::Failed(e)) => {
+                disposition = failed(e);
+                error_type = Some("commit-failed");
+            }
         }
     }
 
     // 4. Settle.
     log(p, &work.label, attempt, &disposition);
+    if let Some(trace) = &trace {
+        trace_outcome(trace, &disposition, outcome, error_type);
+    }
     let complete = disposition == Disposition::Complete;
     if let (true, Some(binding)) = (complete && effects.recorded > 0, inbox) {
         crate::metrics::inbox_recorded(&binding.endpoint, effects.recorded);
@@ -269,7 +332,38 @@ pub(crate) async fn process<S: Source>(
         state: effects.state,
         attempt,
     };
-    finish_then(&shared, seq, work.handle, verdict, permit, after).await;
+    finish_then(&shared, seq, work.handle, verdict, permit, after, trace).await;
+}
+
+/// The `error.type` of a call that did not succeed.
+fn error_type(result: &crate::runtime::InvokeResult) -> Option<&'static str> {
+    Some(match result {
+        Ok(Ok(_)) => return None,
+        Ok(Err(_)) => "handler-error",
+        Err(InvokeError::Trap(_)) => "trap",
+        Err(InvokeError::Timeout(_)) => "timeout",
+        Err(InvokeError::MemoryLimit(_)) => "memory-limit",
+        Err(InvokeError::Instantiate(_)) => "instantiate",
+        Err(InvokeError::NoInstance(_)) => "no-instance",
+    })
+}
+
+/// Record a delivery's outcome on its `process` span.
+fn trace_outcome(
+    trace: &Processing,
+    disposition: &Disposition,
+    outcome: Option<&'static str>,
+    error_type: Option<&'static str>,
+) {
+    let (word, error) = match disposition {
+        Disposition::Complete => (outcome.unwrap_or("completed"), None),
+        Disposition::HandOff => ("handed-off", None),
+        Disposition::Release => ("released", None),
+        Disposition::Retry { error, .. } => ("retried", error.as_deref()),
+        Disposition::Fail { error } => ("failed", Some(error.as_str())),
+    };
+    let error = error.map(|text| (error_type.unwrap_or("error"), text));
+    trace.outcome(word, error);
 }
 
 /// What follows an applied settlement that wrote follow-ups: waking their queues in this
@@ -353,11 +447,22 @@ async fn finish<S: Source>(
     handle: S::Handle,
     verdict: Verdict,
     permit: OwnedSemaphorePermit,
+    trace: Option<Processing>,
 ) {
-    finish_then(shared, seq, handle, verdict, permit, After::default()).await
+    finish_then(
+        shared,
+        seq,
+        handle,
+        verdict,
+        permit,
+        After::default(),
+        trace,
+    )
+    .await
 }
 
-/// [`finish`], then what follows an applied settlement ([`After`]).
+/// [`finish`], then what follows an applied settlement ([`After`]). The `settle {queue}`
+/// span lasts until the source applied the outcome; the `process` span ends with it.
 async fn finish_then<S: Source>(
     shared: &Arc<Shared<S>>,
     seq: u64,
@@ -365,6 +470,7 @@ async fn finish_then<S: Source>(
     verdict: Verdict,
     permit: OwnedSemaphorePermit,
     after: After,
+    trace: Option<Processing>,
 ) {
     shared.in_flight.lock().expect("in-flight set").remove(&seq);
     let settling = shared.clone();
@@ -379,6 +485,10 @@ async fn finish_then<S: Source>(
         // it over) before the slot goes to the next message: so one slot's outcomes, and
         // their follow-ups, are written in the order the handler ran them, even when this
         // thread is descheduled right after the slot is given back.
+        let p = &settling.pipeline;
+        let settle_span = trace
+            .as_ref()
+            .and_then(|t| crate::telemetry::child(t.context(), format!("settle {}", p.name)));
         let mut settle = std::pin::pin!(settling.source.settle(handle, verdict));
         let first = std::future::poll_fn(|cx| Poll::Ready(settle.as_mut().poll(cx))).await;
         drop(permit);
@@ -386,7 +496,10 @@ async fn finish_then<S: Source>(
             Poll::Ready(settled) => settled,
             Poll::Pending => settle.await,
         };
-        let p = &settling.pipeline;
+        drop(settle_span);
+        if let Some(trace) = trace {
+            trace.end();
+        }
         match settled {
             Settled::Applied => settling.state_conflicts.settled(&after.delivery),
             Settled::NotApplied => return,

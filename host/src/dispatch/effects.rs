@@ -108,6 +108,10 @@ impl Enqueuer for Staging {
     /// enqueued at once, whatever the handler's outcome. One for a broker without an id of its own is given a MessageId
     /// derived from the delivery being processed and its position among the call's
     /// follow-ups, so a redelivery that commits it again publishes it under the same id.
+    fn system(&self, queue: &str) -> &'static str {
+        self.inner.system(queue)
+    }
+
     async fn enqueue(
         &self,
         queue: &str,

@@ -170,6 +170,19 @@ impl QueueRouter {
         self.queues.get(queue)?.external.as_ref()
     }
 
+    /// Record the sending of `message` by a producer outside any handler (the CLI) and write
+    /// its trace context into its headers (a `traceparent` it already has is the parent).
+    /// Nothing when traces are off.
+    pub fn trace_send(&self, queue: &str, message: &mut NewMessage) {
+        if crate::telemetry::enabled() {
+            let to = crate::telemetry::Destination {
+                queue,
+                system: self.system(queue),
+            };
+            crate::telemetry::send(to, message.id.as_deref(), None, &mut message.headers);
+        }
+    }
+
     /// The store behind the queues.
     pub fn store(&self) -> &Arc<dyn QueueStore> {
         &self.store
@@ -327,6 +340,13 @@ impl Enqueuer for QueueRouter {
 
     fn ready(&self, queue: &str) {
         self.wake(Some(queue));
+    }
+
+    fn system(&self, queue: &str) -> &'static str {
+        match self.external_route(queue) {
+            Some(route) => route.provider.kind(),
+            None => crate::telemetry::SQL_SYSTEM,
+        }
     }
 
     /// A message for the SQL queue joins the queue's group commit: enqueues made at the same

@@ -199,6 +199,18 @@ pub fn state_conflict(queue: &str) {
     metrics::counter!("wharf_state_conflicts_total", "queue" => queue.to_string()).increment(1);
 }
 
+/// Finished spans not exported: `reason` is `queue-full` (the collector is slower than the
+/// host, or down, and [telemetry] max_queued_spans were waiting) or `export-failed`.
+pub fn spans_dropped(reason: &'static str, count: usize) {
+    metrics::counter!("wharf_trace_spans_dropped_total", "reason" => reason)
+        .increment(count as u64);
+}
+
+/// Finished spans the collector accepted.
+pub fn spans_exported(count: usize) {
+    metrics::counter!("wharf_trace_spans_exported_total").increment(count as u64);
+}
+
 /// Inbox entries recorded for `endpoint` after successful handler calls.
 pub fn inbox_recorded(endpoint: &str, count: usize) {
     handles::inbox(endpoint).records.increment(count as u64);

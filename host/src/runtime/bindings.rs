@@ -44,6 +44,8 @@ pub struct HostState {
     pub(crate) enqueuer: Arc<dyn Enqueuer>,
     /// The call's key-value state (`wasi:keyvalue`), when it has one.
     pub(crate) state: Option<Arc<super::state::StateCall>>,
+    /// The call's `handle` span, when traces are on.
+    pub(crate) trace: Option<super::invoke::CallTrace>,
 }
 
 impl WasiView for HostState {
@@ -173,7 +175,14 @@ impl wharf::handler::host::Host for HostState {
         payload: String,
         options: EnqueueOptions,
     ) -> Result<EnqueueStatus, String> {
-        let message = guest_message(payload, options, now_ms());
+        let mut message = guest_message(payload, options, now_ms());
+        if let Some(cx) = self.trace.as_ref().and_then(|t| t.get()) {
+            let to = crate::telemetry::Destination {
+                queue: &queue,
+                system: self.enqueuer.system(&queue),
+            };
+            crate::telemetry::send(to, message.id.as_deref(), Some(cx), &mut message.headers);
+        }
         match self.enqueuer.enqueue(&queue, message).await {
             Ok(done) => {
                 tracing::debug!(handler = %self.handler, from = %self.queue, to = %queue, key = done.key, "handler enqueued a message");
@@ -192,6 +201,16 @@ impl wharf::handler::host::Host for HostState {
 
     async fn log(&mut self, level: Level, message: String) {
         let (handler, queue) = (&*self.handler, &*self.queue);
+        if let Some(cx) = self.trace.as_ref().and_then(|t| t.get()) {
+            let severity = match level {
+                Level::Trace => "TRACE",
+                Level::Debug => "DEBUG",
+                Level::Info => "INFO",
+                Level::Warn => "WARN",
+                Level::Error => "ERROR",
+            };
+            crate::telemetry::log_event(cx, severity, &message);
+        }
         match level {
             Level::Trace => tracing::trace!(target: "wharf::guest", handler, queue, "{message}"),
             Level::Debug => tracing::debug!(target: "wharf::guest", handler, queue, "{message}"),

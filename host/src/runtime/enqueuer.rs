@@ -89,6 +89,13 @@ pub trait Enqueuer: Send + Sync + 'static {
         let _ = queue;
     }
 
+    /// Where the pending messages of `queue` live, as a span's `messaging.system`: `wharf`
+    /// for the SQL queue, else the broker's provider type.
+    fn system(&self, queue: &str) -> &'static str {
+        let _ = queue;
+        crate::telemetry::SQL_SYSTEM
+    }
+
     /// Enqueue one message into `queue`.
     async fn enqueue(&self, queue: &str, message: NewMessage) -> Result<Enqueued, EnqueueError>;
 

@@ -50,13 +50,22 @@ pub struct CallEffects {
     pub enqueuer: Arc<dyn Enqueuer>,
     /// The call's key-value state; without it, opening a bucket fails.
     pub state: Option<Arc<StateCall>>,
+    /// The delivery's `process` span when traces are on: `instantiate` and `handle` become
+    /// its children, and the handler's log lines, follow-ups and HTTP requests the
+    /// `handle` span's.
+    pub trace: Option<opentelemetry::Context>,
 }
+
+/// The `handle` span of a call, set once its instance exists (the store and its log
+/// streams are made before).
+pub type CallTrace = Arc<std::sync::OnceLock<opentelemetry::Context>>;
 
 impl From<Arc<dyn Enqueuer>> for CallEffects {
     fn from(enqueuer: Arc<dyn Enqueuer>) -> Self {
         CallEffects {
             enqueuer,
             state: None,
+            trace: None,
         }
     }
 }
@@ -82,11 +91,23 @@ pub async fn invoke_starting_by(
     start_by: Instant,
     effects: impl Into<CallEffects>,
 ) -> InvokeResult {
-    let effects = effects.into();
+    let mut effects = effects.into();
     let queue: Arc<str> = Arc::from(message.queue.as_str());
     let mut waiting_since: Option<Instant> = None;
+    let process = effects.trace.take();
+    let instantiating = process
+        .as_ref()
+        .and_then(|cx| crate::telemetry::child(cx, "instantiate"));
+    // The `handle` span starts once the instance exists; the store holds its slot from now.
+    let call_trace: Option<CallTrace> = process.as_ref().map(|_| CallTrace::default());
     let (mut store, instance) = loop {
-        let mut store = new_store(handler, queue.clone(), timeout, effects.clone())?;
+        let mut store = new_store(
+            handler,
+            queue.clone(),
+            timeout,
+            effects.clone(),
+            call_trace.clone(),
+        )?;
         let started = Instant::now();
         match handler.pre.instantiate_async(store.get()).await {
             Ok(instance) => {
@@ -107,6 +128,12 @@ pub async fn invoke_starting_by(
             Err(e) => return Err(InvokeError::Instantiate(format!("{e:#}"))),
         }
     };
+    drop(instantiating);
+    if let (Some(cx), Some(slot)) = (&process, &call_trace)
+        && let Some(handle) = crate::telemetry::child(cx, "handle")
+    {
+        let _ = slot.set(handle);
+    }
     let call = async {
         instance
             .call_handle(store.get(), &message)
@@ -136,8 +163,10 @@ fn new_store(
     queue: Arc<str>,
     timeout: Duration,
     effects: CallEffects,
+    trace: Option<CallTrace>,
 ) -> Result<PooledStore<HostState>, InvokeError> {
-    let wasi = build_wasi(handler).map_err(|e| InvokeError::Instantiate(e.to_string()))?;
+    let wasi =
+        build_wasi(handler, trace.as_ref()).map_err(|e| InvokeError::Instantiate(e.to_string()))?;
     let deadline = Instant::now() + timeout;
     let state = HostState {
         wasi,
@@ -147,6 +176,7 @@ fn new_store(
             handler.name.clone(),
             handler.grants.outbound.clone(),
             deadline,
+            trace.clone(),
         ),
         limiter: MemoryLimiter::new(handler.memory_limit.as_u64() as usize),
         timed_out: false,
@@ -154,6 +184,7 @@ fn new_store(
         queue,
         enqueuer: effects.enqueuer,
         state: effects.state,
+        trace,
     };
     let mut store = Store::new(handler.pre.engine(), state);
     store.limiter(|s| &mut s.limiter);
@@ -182,15 +213,23 @@ fn describe(error: &wasmtime::Error) -> String {
     text
 }
 
-fn build_wasi(handler: &LoadedHandler) -> wasmtime::Result<WasiCtx> {
+fn build_wasi(handler: &LoadedHandler, trace: Option<&CallTrace>) -> wasmtime::Result<WasiCtx> {
     let grants = &handler.grants;
     let mut builder = WasiCtxBuilder::new();
     if grants.inherit_stdio {
         builder.inherit_stdout().inherit_stderr();
     } else {
         builder
-            .stdout(LogStream::new(handler.name.clone(), Channel::Stdout))
-            .stderr(LogStream::new(handler.name.clone(), Channel::Stderr));
+            .stdout(LogStream::new(
+                handler.name.clone(),
+                Channel::Stdout,
+                trace.cloned(),
+            ))
+            .stderr(LogStream::new(
+                handler.name.clone(),
+                Channel::Stderr,
+                trace.cloned(),
+            ));
     }
     if !grants.env.is_empty() {
         builder.envs(&grants.env);

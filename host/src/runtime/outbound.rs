@@ -27,15 +27,24 @@ pub(crate) struct OutboundHooks {
     allowed: Arc<[OutboundHost]>,
     deadline: Instant,
     open: Arc<AtomicUsize>,
+    /// The call's `handle` span: each request gets a client span under it, and its
+    /// `traceparent`.
+    trace: Option<super::invoke::CallTrace>,
 }
 
 impl OutboundHooks {
-    pub(crate) fn new(handler: Arc<str>, allowed: Arc<[OutboundHost]>, deadline: Instant) -> Self {
+    pub(crate) fn new(
+        handler: Arc<str>,
+        allowed: Arc<[OutboundHost]>,
+        deadline: Instant,
+        trace: Option<super::invoke::CallTrace>,
+    ) -> Self {
         OutboundHooks {
             handler,
             allowed,
             deadline,
             open: Arc::default(),
+            trace,
         }
     }
 }
@@ -77,7 +86,7 @@ type Sending = Box<
 impl WasiHttpHooks for OutboundHooks {
     fn send_request(
         &mut self,
-        request: http::Request<WasiBody>,
+        mut request: http::Request<WasiBody>,
         options: Option<RequestOptions>,
         _response_errors: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Sending {
@@ -107,10 +116,22 @@ impl WasiHttpHooks for OutboundHooks {
         let open = OpenRequest(self.open.clone());
         tracing::debug!(handler = %self.handler, %method, %url, "outbound HTTP request");
         let options = within(options, left);
+        let span = self.trace.as_ref().and_then(|t| t.get()).and_then(|cx| {
+            crate::telemetry::http_request(cx, &method, &url, request.headers_mut())
+        });
         Box::new(async move {
             use http_body_util::BodyExt;
-            let (response, io) =
-                wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
+            let sent = wasmtime_wasi_http::default_send_request(request, Some(options)).await;
+            if let Some(span) = &span {
+                match &sent {
+                    Ok((response, _)) => {
+                        crate::telemetry::http_answered(span, response.status().as_u16())
+                    }
+                    Err(e) => crate::telemetry::http_failed(span, e),
+                }
+            }
+            drop(span);
+            let (response, io) = sent?;
             // The request counts as open until its connection is done with.
             let io = async move {
                 let _open = open;
@@ -221,6 +242,7 @@ mod tests {
             Arc::from("caller"),
             vec![host("http://127.0.0.1:9")].into(),
             Instant::now() + Duration::from_secs(5),
+            None,
         );
         let mut open = Vec::new();
         for _ in 0..MAX_REQUESTS_PER_CALL {

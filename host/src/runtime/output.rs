@@ -24,12 +24,22 @@ pub enum Channel {
 pub struct LogStream {
     handler: Arc<str>,
     channel: Channel,
+    /// The call's `handle` span, which gets each line as an event.
+    trace: Option<super::invoke::CallTrace>,
 }
 
 impl LogStream {
     /// A stream for one handler's stdout or stderr.
-    pub fn new(handler: Arc<str>, channel: Channel) -> Self {
-        LogStream { handler, channel }
+    pub fn new(
+        handler: Arc<str>,
+        channel: Channel,
+        trace: Option<super::invoke::CallTrace>,
+    ) -> Self {
+        LogStream {
+            handler,
+            channel,
+            trace,
+        }
     }
 }
 
@@ -65,6 +75,13 @@ impl LineWriter {
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end_matches('\r');
         let handler = &*self.stream.handler;
+        if let Some(cx) = self.stream.trace.as_ref().and_then(|t| t.get()) {
+            let level = match self.stream.channel {
+                Channel::Stdout => "INFO",
+                Channel::Stderr => "WARN",
+            };
+            crate::telemetry::log_event(cx, level, text);
+        }
         match self.stream.channel {
             Channel::Stdout => {
                 tracing::info!(target: "wharf::guest", handler, stream = "stdout", "{text}")

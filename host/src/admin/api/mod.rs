@@ -223,6 +223,8 @@ pub struct MessageDetail {
     pub message: StoredMessage,
     /// Earlier versions kept for its MessageId, oldest first (empty without an id).
     pub history: Vec<HistoryEntry>,
+    /// The trace it belongs to, from its `traceparent` header.
+    pub trace_id: Option<String>,
 }
 
 async fn stored(state: &AppState, key: i64) -> Result<StoredMessage, ApiError> {
@@ -239,7 +241,12 @@ async fn message(State(state): State<AppState>, Key(key): Key) -> ApiResult<Mess
         Some(id) => state.store.history(&message.queue, id).await?,
         None => Vec::new(),
     };
-    Ok(Json(MessageDetail { message, history }))
+    let trace_id = crate::telemetry::trace_id_of(&message.headers);
+    Ok(Json(MessageDetail {
+        message,
+        history,
+        trace_id,
+    }))
 }
 
 async fn deploys(State(state): State<AppState>) -> Json<Vec<crate::runtime::DeployEvent>> {

@@ -534,6 +534,7 @@ async function message(key) {
         field("Enqueued", time(m.enqueued_at_ms)), field("Process at", time(m.process_at_ms)),
         field("Updated", time(m.updated_at_ms)), field("Processed", time(m.processed_at_ms)),
         field("Outcome", m.outcome),
+        field("Trace", detail.trace_id ? h("span", { class: "mono", "data-trace": "" }, detail.trace_id) : null),
         m.last_error && !errorIsCurrent(m.status, m.attempts)
           ? field("Earlier attempt failed", h("span", { class: "muted", "data-earlier-error": "" }, m.last_error))
           : field("Last error", m.last_error ? h("span", { class: "error", "data-error": "" }, m.last_error) : null))),
