@@ -54,9 +54,11 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     wait_status(&host, tally, Status::Processed, T).await;
     let mut failing = Vec::new();
     for n in 0..3 {
+        // Each in its producer's trace, which the message page names.
         let message = NewMessage {
             id: Some(format!("order-{n}")),
             payload: json!({ "order": n }).to_string(),
+            headers: vec![("traceparent".into(), traceparent(n))],
             ..Default::default()
         };
         failing.push(
@@ -224,6 +226,8 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     assert_eq!(detail["earlierError"], json!([earlier]), "{report}");
     assert_eq!(detail["earlierRed"], json!(false));
     assert_eq!(detail["actions"], json!(["delete"]), "{report}");
+    let n = failing.iter().position(|k| *k == retried).unwrap();
+    assert_eq!(detail["trace"], json!([trace_id(n)]), "{report}");
     let row = &report["retriedRow"];
     assert_eq!(row["redErrors"], json!(0), "{report}");
     assert_eq!(
@@ -363,4 +367,14 @@ async fn api_get(host: &wharf_host::RunningHost, path: &str) -> (u16, Value) {
     })
     .await
     .expect("the request task")
+}
+
+/// The trace id of failing order `n`.
+fn trace_id(n: usize) -> String {
+    format!("{:032x}", 0x4bf9_2f35_0000_0000_u64 + n as u64 + 1)
+}
+
+/// The `traceparent` its producer gave failing order `n`.
+fn traceparent(n: usize) -> String {
+    format!("00-{}-00f067aa0ba902b7-01", trace_id(n))
 }
