@@ -1,4 +1,5 @@
-//! The header names Wharf reserves, in one place. Message headers (SQL queue rows, guest
+//! The header names Wharf reserves, and the W3C trace-context headers it carries, in one
+//! place. Message headers (SQL queue rows, guest
 //! `enqueue` options) use dotted `wharf.` names; RabbitMQ's own headers use `wharf-` names,
 //! which direct producers set too, so they are part of that provider's wire format.
 
@@ -26,3 +27,19 @@ pub const RABBITMQ_IDENTITY: &str = "wharf-message-key";
 /// RabbitMQ: the header that carries a message's session key (a direct producer sets it
 /// too).
 pub const RABBITMQ_SESSION: &str = "wharf-session";
+
+/// The W3C header that carries a message's trace id, its sending span and the sampled flag.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// The W3C header that carries vendor-specific trace state beside [`TRACEPARENT`].
+pub const TRACESTATE: &str = "tracestate";
+
+/// The trace-context headers among `headers` (`traceparent`, `tracestate`; names in any
+/// case), as a broker carries them beside the envelope.
+pub fn trace_context(headers: &[(String, String)]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case(TRACEPARENT) || k.eq_ignore_ascii_case(TRACESTATE))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .collect()
+}

@@ -57,7 +57,8 @@ impl Collector {
     }
 }
 
-/// A local HTTP server recording the `traceparent` of every `GET /hook`.
+/// A local HTTP server recording the `traceparent` of every `GET /hook`; `GET /flaky`
+/// fails its first request.
 #[derive(Clone, Default)]
 struct Service {
     seen: Arc<Mutex<Vec<Option<String>>>>,
@@ -66,16 +67,30 @@ struct Service {
 impl Service {
     async fn start(&self) -> u16 {
         let seen = self.seen.clone();
-        let app = Router::new().route(
-            "/hook",
-            get(move |headers: HeaderMap| async move {
-                let parent = headers
-                    .get("traceparent")
-                    .map(|v| v.to_str().unwrap().to_string());
-                seen.lock().unwrap().push(parent);
-                "ok"
-            }),
-        );
+        let calls = seen.clone();
+        let app = Router::new()
+            .route(
+                "/hook",
+                get(move |headers: HeaderMap| async move {
+                    let parent = headers
+                        .get("traceparent")
+                        .map(|v| v.to_str().unwrap().to_string());
+                    seen.lock().unwrap().push(parent);
+                    "ok"
+                }),
+            )
+            // Fails the first request it gets, answers the others.
+            .route(
+                "/flaky",
+                get(move || async move {
+                    let mut calls = calls.lock().unwrap();
+                    calls.push(None);
+                    match calls.len() {
+                        1 => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not yet"),
+                        _ => (axum::http::StatusCode::OK, "ok"),
+                    }
+                }),
+            );
         serve(app).await
     }
 
@@ -93,8 +108,21 @@ async fn serve(app: Router) -> u16 {
 
 /// Queue `first` calls the service, then enqueues into `second`, which calls it again.
 fn host_dir(collector: u16, service: u16, telemetry: &str) -> TestDir {
+    host_dir_on(collector, service, telemetry, None)
+}
+
+/// [`host_dir`] with both queues' pending messages in the broker `[providers.main]`
+/// (`provider`) describes.
+fn host_dir_on(collector: u16, service: u16, telemetry: &str, provider: Option<&str>) -> TestDir {
     let dir = TestDir::new();
     dir.deploy_in("caller", Lang::JsSpiderMonkey, "fetch");
+    let (storage, providers) = match provider {
+        Some(provider) => (
+            "storage = \"external\"\nprovider = \"main\"",
+            format!("[providers.main]\n{provider}\n[external]\nreconcile_interval = \"300ms\"\n"),
+        ),
+        None => ("", String::new()),
+    };
     dir.write_config(&format!(
         r#"
 [telemetry]
@@ -108,11 +136,14 @@ allowed_outbound_hosts = ["http://127.0.0.1:{service}"]
 [queues.first]
 handler = "caller"
 max_attempts = 1
+{storage}
 
 [queues.second]
 handler = "caller"
 max_attempts = 1
-"#
+{storage}
+
+{providers}"#
     ));
     dir
 }
@@ -466,4 +497,227 @@ handler = "noop"
         "{dropped} spans dropped of {}",
         4 * N
     );
+}
+
+/// The spans of one run, looked up by name.
+struct Spans(Vec<Span>);
+
+impl Spans {
+    /// Wait until `collector` has a `process` span of both queues.
+    async fn of_both_deliveries(collector: &Collector, dir: &TestDir) -> Spans {
+        let spans = poll_until(T, || {
+            let spans = collector.spans();
+            let done = ["process first", "process second"]
+                .iter()
+                .all(|name| spans.iter().any(|s| s.name == *name));
+            async move { done.then_some(spans) }
+        })
+        .await
+        .unwrap_or_else(|| {
+            let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
+            let names: Vec<String> = collector.spans().into_iter().map(|s| s.name).collect();
+            panic!("the spans never arrived: {names:?}\n{log}")
+        });
+        Spans(spans)
+    }
+
+    fn one(&self, name: &str) -> &Span {
+        let found: Vec<&Span> = self.0.iter().filter(|s| s.name == name).collect();
+        assert_eq!(found.len(), 1, "one `{name}` span: {found:?}");
+        found[0]
+    }
+
+    /// The `handle` span under `process`.
+    fn handle_of(&self, process: &Span) -> &Span {
+        self.0
+            .iter()
+            .find(|s| s.name == "handle" && s.parent_span_id == process.span_id)
+            .unwrap_or_else(|| panic!("a `handle` span under `{}`", process.name))
+    }
+}
+
+/// Enqueue into `first` of a host whose queues live in the broker `provider` describes, with
+/// the producer's `traceparent` (and MessageId `order-1`), and return the spans of both
+/// deliveries.
+async fn through_broker(provider: &str) -> Spans {
+    let (collector, service) = (Collector::default(), Service::default());
+    let service_port = service.start().await;
+    let dir = host_dir_on(collector.start().await, service_port, "", Some(provider));
+    let _host = spawn_wharf(dir.dir.path());
+    let producer = format!("traceparent=00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01");
+    let args = ["enqueue", "first", "--id", "order-1", "--header", &producer];
+    let (ok, out, err) = dir.wharf(&[&args[..], &[payload(service_port).as_str()]].concat());
+    assert!(ok, "wharf enqueue: {out}{err}");
+    Spans::of_both_deliveries(&collector, &dir).await
+}
+
+/// The trace a broker that carries headers keeps: the producer's span → `send first` →
+/// `process first` → its call → `send second` (through the outbox) → `process second`.
+fn assert_one_trace(spans: &Spans, system: &str) {
+    for span in &spans.0 {
+        assert_eq!(
+            hex(&span.trace_id),
+            PRODUCER_TRACE,
+            "`{}` is in the producer's trace",
+            span.name
+        );
+    }
+    let send_first = spans.one("send first");
+    assert_eq!(hex(&send_first.parent_span_id), PRODUCER_SPAN);
+    assert_eq!(
+        attribute(send_first, "messaging.system").as_deref(),
+        Some(system)
+    );
+    let process_first = spans.one("process first");
+    assert_eq!(
+        process_first.parent_span_id, send_first.span_id,
+        "the broker carried the context"
+    );
+    assert_eq!(
+        attribute(process_first, "messaging.system").as_deref(),
+        Some(system)
+    );
+    assert_eq!(
+        attribute(process_first, "messaging.message.id").as_deref(),
+        Some("order-1")
+    );
+    let send_second = spans.one("send second");
+    assert_eq!(
+        send_second.parent_span_id,
+        spans.handle_of(process_first).span_id
+    );
+    let process_second = spans.one("process second");
+    assert_eq!(
+        process_second.parent_span_id, send_second.span_id,
+        "the outbox row and the broker carried the follow-up's context"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_headers_carry_the_trace() {
+    let prefix = wharf_tests::unique_prefix("traces").replace(':', ".");
+    let provider = format!(
+        "type = \"rabbitmq\"\nurl = \"{}\"\nexchange_prefix = \"{prefix}\"\nqueue_prefix = \"{prefix}\"\n",
+        wharf_tests::amqp_url()
+    );
+    assert_one_trace(&through_broker(&provider).await, "rabbitmq");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_record_headers_carry_the_trace() {
+    let prefix = wharf_tests::unique_prefix("traces").replace(':', ".");
+    let provider = format!(
+        "type = \"kafka\"\nbrokers = \"{}\"\ntopic_prefix = \"{prefix}\"\nprocessing_group = \"{prefix}processing\"\nreadiness_group = \"{prefix}readiness\"\n{}\n",
+        wharf_tests::kafka::kafka_brokers(),
+        wharf_tests::kafka::TEST_PROPERTIES
+    );
+    let spans = through_broker(&provider).await;
+    assert_one_trace(&spans, "kafka");
+    assert_eq!(
+        attribute(spans.one("process first"), "messaging.consumer.group.name"),
+        Some(format!("{prefix}processing"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servicebus_application_properties_carry_the_trace() {
+    const KEY_NAME: &str = "RootManageSharedAccessKey";
+    const KEY: &str = "dHJhY2VzLWtleQ==";
+    let server = wharf_tests::servicebus::ContractServer::start(KEY_NAME, KEY).await;
+    for topic in ["nexus.first", "nexus.second"] {
+        server.create_topic(topic, &["processing", "readiness"]);
+    }
+    let provider = format!(
+        "type = \"servicebus\"\nconnection_string = \"Endpoint=sb://traces.servicebus.windows.net/;SharedAccessKeyName={KEY_NAME};SharedAccessKey={KEY}\"\nendpoint_override = \"{}\"\n",
+        server.endpoint()
+    );
+    assert_one_trace(&through_broker(&provider).await, "servicebus");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_keeps_the_envelope_and_starts_a_trace_per_delivery() {
+    let provider = format!(
+        "type = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{}\"\n",
+        wharf_tests::redis_url(),
+        wharf_tests::unique_prefix("traces")
+    );
+    let spans = through_broker(&provider).await;
+    let process_first = spans.one("process first");
+    assert!(
+        process_first.parent_span_id.is_empty(),
+        "a new trace: {process_first:?}"
+    );
+    assert_ne!(hex(&process_first.trace_id), PRODUCER_TRACE);
+    assert_eq!(
+        attribute(process_first, "messaging.message.id").as_deref(),
+        Some("order-1")
+    );
+    assert_eq!(
+        attribute(process_first, "messaging.system").as_deref(),
+        Some("redis")
+    );
+    // The producer's side is still one trace: its span → `send first`.
+    assert_eq!(hex(&spans.one("send first").parent_span_id), PRODUCER_SPAN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_message_retried_from_sql_stays_in_its_trace() {
+    let (collector, service) = (Collector::default(), Service::default());
+    let service_port = service.start().await;
+    let prefix = wharf_tests::unique_prefix("traces").replace(':', ".");
+    let provider = format!(
+        "type = \"rabbitmq\"\nurl = \"{}\"\nexchange_prefix = \"{prefix}\"\nqueue_prefix = \"{prefix}\"\n",
+        wharf_tests::amqp_url()
+    );
+    let dir = host_dir_on(collector.start().await, service_port, "", Some(&provider));
+    // `first` retries once, from the SQL queue, soon.
+    let text = std::fs::read_to_string(dir.path("wharf.toml")).unwrap();
+    let text = text.replacen(
+        "max_attempts = 1",
+        "max_attempts = 2\nbackoff = \"100ms\"",
+        1,
+    );
+    std::fs::write(dir.path("wharf.toml"), text).unwrap();
+    let _host = spawn_wharf(dir.dir.path());
+    let producer = format!("traceparent=00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01");
+    let payload =
+        json!({ "url": format!("http://127.0.0.1:{service_port}/flaky"), "method": "GET" });
+    let args = ["enqueue", "first", "--id", "order-1", "--header", &producer];
+    let (ok, out, err) = dir.wharf(&[&args[..], &[payload.to_string().as_str()]].concat());
+    assert!(ok, "wharf enqueue: {out}{err}");
+    let spans = poll_until(T, || {
+        let spans = collector.spans();
+        let attempts = spans.iter().filter(|s| s.name == "process first").count();
+        async move { (attempts == 2).then_some(spans) }
+    })
+    .await
+    .expect("two attempts exported");
+    let spans = Spans(spans);
+    let send = spans.one("send first");
+    let attempts: Vec<&Span> = spans
+        .0
+        .iter()
+        .filter(|s| s.name == "process first")
+        .collect();
+    for attempt in &attempts {
+        assert_eq!(hex(&attempt.trace_id), PRODUCER_TRACE);
+        assert_eq!(
+            attempt.parent_span_id, send.span_id,
+            "both attempts under the one send"
+        );
+    }
+    let systems: Vec<Option<String>> = attempts
+        .iter()
+        .map(|s| attribute(s, "messaging.system"))
+        .collect();
+    assert!(
+        systems.contains(&Some("rabbitmq".into())) && systems.contains(&Some("wharf".into())),
+        "the first attempt from the broker, the retry from the SQL queue: {systems:?}"
+    );
+    let outcomes: Vec<Option<String>> = attempts
+        .iter()
+        .map(|s| attribute(s, "wharf.outcome"))
+        .collect();
+    assert!(outcomes.contains(&Some("retried".into())), "{outcomes:?}");
+    assert!(outcomes.contains(&Some("completed".into())), "{outcomes:?}");
 }

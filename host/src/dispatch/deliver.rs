@@ -144,7 +144,7 @@ pub(crate) async fn process<S: Source>(
         message_id: work.message.id.as_deref(),
         headers: &work.message.headers,
         attempt: work.message.attempt,
-        group: None,
+        group: shared.source.consumer_group(),
     };
     let Some(trace) = Processing::start(at, &delivery) else {
         return deliver(shared, handler, seq, work, check, received, permit, None).await;

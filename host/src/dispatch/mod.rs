@@ -131,6 +131,11 @@ pub trait Source: Send + Sync + 'static {
     /// The source for metrics labels: `sql` or the provider type.
     fn provider(&self) -> &'static str;
 
+    /// The consumer group its deliveries come through, where the broker has them.
+    fn consumer_group(&self) -> Option<&str> {
+        None
+    }
+
     /// Up to `max` messages (checked against `inbox` while receiving where it can).
     async fn receive(
         &self,

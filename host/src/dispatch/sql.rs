@@ -84,7 +84,7 @@ impl SqlSource {
         };
         let envelopes: Vec<Envelope> = due
             .iter()
-            .map(|m| Envelope::new(m.payload.clone(), m.id.clone(), m.priority))
+            .map(|m| Envelope::new(m.payload.clone(), m.id.clone(), m.priority).traced(&m.headers))
             .collect();
         let published = provider.publish(&self.name, &envelopes, *options).await;
         let disposition = match &published {

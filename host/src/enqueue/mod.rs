@@ -239,9 +239,12 @@ impl QueueRouter {
                 };
                 let envelopes: Vec<Envelope> = run
                     .into_iter()
-                    .map(|m| Envelope {
-                        session: m.session,
-                        ..Envelope::new(m.payload, m.id, m.priority)
+                    .map(|m| {
+                        Envelope {
+                            session: m.session,
+                            ..Envelope::new(m.payload, m.id, m.priority)
+                        }
+                        .traced(&m.headers)
                     })
                     .collect();
                 let mut results = Vec::with_capacity(envelopes.len());

@@ -161,6 +161,7 @@ impl Relay {
                 .iter()
                 .map(|r| Envelope {
                     session: r.session.clone(),
+                    trace: r.trace.clone(),
                     ..Envelope::new(r.payload.clone(), Some(r.message_id.clone()), r.priority)
                 })
                 .collect();

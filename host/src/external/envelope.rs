@@ -20,6 +20,11 @@ pub struct Envelope {
     /// queue with sessions.
     #[serde(skip)]
     pub session: Option<String>,
+    /// The message's trace context (`traceparent`, `tracestate`), carried by the broker's own
+    /// headers (RabbitMQ headers, Kafka record headers, Service Bus application properties),
+    /// never in the body; Redis has no room for it.
+    #[serde(skip)]
+    pub trace: Vec<(String, String)>,
 }
 
 /// Why a broker body is not a valid envelope.
@@ -43,6 +48,15 @@ impl Envelope {
             message_id,
             priority,
             session: None,
+            trace: Vec::new(),
+        }
+    }
+
+    /// This envelope carrying the trace context among `headers`.
+    pub fn traced(self, headers: &[(String, String)]) -> Self {
+        Envelope {
+            trace: crate::headers::trace_context(headers),
+            ..self
         }
     }
 

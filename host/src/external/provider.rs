@@ -252,6 +252,12 @@ pub trait Consumer: Send + Sync + 'static {
     /// Up to `max` deliveries available now (a pull may wait briefly); empty when none.
     async fn receive(&self, max: u32) -> Result<Vec<Delivery>, ProviderError>;
 
+    /// The consumer group it receives in, where the broker has them (Kafka): a process
+    /// span's `messaging.consumer.group.name`.
+    fn group(&self) -> Option<&str> {
+        None
+    }
+
     /// Resolves when deliveries arrived without being asked for (push brokers), or when the
     /// consumer is not consuming (so that `receive` reconnects). A consumer that must keep
     /// polling to stay in its group (Kafka) runs its own poll loop, buffers, and reports

@@ -44,6 +44,8 @@ pub struct OutboxRow {
     pub created_at_ms: i64,
     /// Publications tried, this one included.
     pub attempts: i32,
+    /// Its trace context (`traceparent`, `tracestate`), published beside it.
+    pub trace: Vec<(String, String)>,
 }
 
 /// The outbox of one target queue, for operators.
@@ -60,9 +62,12 @@ pub struct OutboxBacklog {
 }
 
 /// The columns of an outbox row as written, one `$N` per column.
-const INSERT_COLUMNS: &str = "INSERT INTO wharf_outbox (queue, provider, message_id, payload, priority, session, due_at_ms, created_at_ms) VALUES ";
+const INSERT_COLUMNS: &str = "INSERT INTO wharf_outbox (queue, provider, message_id, payload, priority, session, due_at_ms, created_at_ms, traceparent, tracestate) VALUES ";
 
-/// Rows per insert statement (eight parameters each, within both dialects' limits).
+/// Parameters per row.
+const COLUMNS: usize = 10;
+
+/// Rows per insert statement (within both dialects' parameter limits).
 const INSERT_ROWS: usize = 500;
 
 /// Rows free to claim, oldest first, of queues no relay holds rows of.
@@ -71,7 +76,7 @@ const CLAIM: Sql = Sql::both(
      WHERE key IN (SELECT key FROM wharf_outbox WHERE claimed_until_ms <= $3 \
        AND queue NOT IN (SELECT queue FROM wharf_outbox WHERE claimed_until_ms > $3) \
        ORDER BY key LIMIT $4) \
-     RETURNING key, queue, provider, message_id, payload, priority, session, due_at_ms, created_at_ms, attempts",
+     RETURNING key, queue, provider, message_id, payload, priority, session, due_at_ms, created_at_ms, attempts, traceparent, tracestate",
 );
 
 /// One relay claims at a time (PostgreSQL; SQLite has one writer anyway).
@@ -105,21 +110,13 @@ pub(crate) async fn insert(
     for chunk in follow_ups.chunks(INSERT_ROWS) {
         let mut text = String::from(INSERT_COLUMNS);
         for n in 0..chunk.len() {
-            let p = n * 8;
             if n > 0 {
                 text.push_str(", ");
             }
-            text.push_str(&format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                p + 1,
-                p + 2,
-                p + 3,
-                p + 4,
-                p + 5,
-                p + 6,
-                p + 7,
-                p + 8
-            ));
+            let row: Vec<String> = (1..=COLUMNS)
+                .map(|c| format!("${}", n * COLUMNS + c))
+                .collect();
+            text.push_str(&format!("({})", row.join(", ")));
         }
         let mut query = conn.query(text);
         for f in chunk {
@@ -136,7 +133,9 @@ pub(crate) async fn insert(
                 .bind(f.message.priority)
                 .bind(f.message.session.as_deref())
                 .bind(entry.due_at_ms)
-                .bind(now);
+                .bind(now)
+                .bind(header(&f.message.headers, crate::headers::TRACEPARENT))
+                .bind(header(&f.message.headers, crate::headers::TRACESTATE));
         }
         query.execute().await?;
     }
@@ -178,6 +177,13 @@ pub(crate) async fn claim(
                 due_at_ms: r.get(7)?,
                 created_at_ms: r.get(8)?,
                 attempts: r.get(9)?,
+                trace: [
+                    (crate::headers::TRACEPARENT, r.get::<Option<String>, _>(10)?),
+                    (crate::headers::TRACESTATE, r.get::<Option<String>, _>(11)?),
+                ]
+                .into_iter()
+                .filter_map(|(name, value)| Some((name.to_string(), value?)))
+                .collect(),
             })
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -222,6 +228,14 @@ pub(crate) async fn backlog(pool: &Pool) -> Result<Vec<OutboxBacklog>, QueueErro
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()
         .map_err(QueueError::from)
+}
+
+/// The value of header `name` (any case) in `headers`.
+fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 fn keys_json(keys: &[i64]) -> String {

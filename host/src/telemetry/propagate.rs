@@ -8,11 +8,7 @@ use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 
-/// The header that carries the trace id, the parent span id and the sampled flag.
-pub const TRACEPARENT: &str = "traceparent";
-
-/// The header that carries vendor-specific trace state.
-pub const TRACESTATE: &str = "tracestate";
+pub use crate::headers::{TRACEPARENT, TRACESTATE};
 
 struct Read<'h>(&'h [(String, String)]);
 

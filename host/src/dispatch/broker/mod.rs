@@ -190,6 +190,10 @@ impl Source for ExternalSource {
         self.kind
     }
 
+    fn consumer_group(&self) -> Option<&str> {
+        self.consumer.group()
+    }
+
     /// The envelope's MessageId (the identity the inbox knows a message by; a broker's own
     /// delivery identity, such as a Kafka offset, would be reused by a re-created topic).
     fn commit_mark(&self, handle: &Arc<Item>) -> Option<String> {

@@ -48,6 +48,7 @@ impl ExternalSource {
             process_at_ms: Some(at_ms),
             headers: {
                 let mut headers = vec![(MOVED_FROM_HEADER.to_string(), self.provider.clone())];
+                headers.extend(envelope.map(|e| e.trace.clone()).unwrap_or_default());
                 // The raw body, except for an envelope over `max_payload`: its payload is
                 // kept already, and twice would double what was too large.
                 if !body.contains('\0')

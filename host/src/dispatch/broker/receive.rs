@@ -38,7 +38,12 @@ impl ExternalSource {
                     .map_err(|e| format!("the body is not UTF-8: {e}"))
                     .and_then(|text| Envelope::parse(text).map_err(|e| e.to_string()));
                 match envelope {
-                    Ok(e) => (d, Some(e), None),
+                    // The trace context the broker carried beside it stays with it, into the
+                    // SQL queue if it moves there.
+                    Ok(e) => {
+                        let e = e.traced(&d.headers);
+                        (d, Some(e), None)
+                    }
                     Err(error) => (d, None, Some(error)),
                 }
             })

@@ -94,6 +94,8 @@ impl Shared {
 pub struct KafkaConsumer {
     shared: Arc<Shared>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The processing group it consumes in.
+    group: String,
 }
 
 impl KafkaConsumer {
@@ -141,6 +143,7 @@ impl KafkaConsumer {
         Ok(KafkaConsumer {
             shared,
             thread: Mutex::new(Some(thread)),
+            group: settings.processing_group.clone(),
         })
     }
 
@@ -151,6 +154,10 @@ impl KafkaConsumer {
 
 #[async_trait]
 impl Consumer for KafkaConsumer {
+    fn group(&self) -> Option<&str> {
+        Some(&self.group)
+    }
+
     async fn receive(&self, max: u32) -> Result<Vec<Delivery>, ProviderError> {
         if self.shared.stopped.load(Ordering::Acquire) {
             return Ok(Vec::new());

@@ -39,6 +39,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
@@ -308,6 +309,18 @@ impl Provider for KafkaProvider {
             // A session key keeps the session in one partition, so in order.
             if let Some(key) = envelope.session.as_ref().or(envelope.message_id.as_ref()) {
                 record = record.key(key.as_str());
+            }
+            if !envelope.trace.is_empty() {
+                let headers = envelope
+                    .trace
+                    .iter()
+                    .fold(OwnedHeaders::new(), |h, (k, v)| {
+                        h.insert(Header {
+                            key: k,
+                            value: Some(v.as_str()),
+                        })
+                    });
+                record = record.headers(headers);
             }
             producer.send(record, Timeout::Never)
         });

@@ -176,6 +176,12 @@ impl RabbitProvider {
                 AMQPValue::LongString(session.as_str().into()),
             );
         }
+        for (name, value) in &envelope.trace {
+            headers.insert(
+                name.as_str().into(),
+                AMQPValue::LongString(value.as_str().into()),
+            );
+        }
         let mut properties = BasicProperties::default()
             .with_delivery_mode(2)
             .with_headers(headers)

@@ -122,6 +122,7 @@ impl ServiceBusProvider {
                 scheduled_enqueue_time_utc: scheduled,
                 ..SettableBrokerProperties::default()
             },
+            properties: envelope.trace.clone(),
         }
     }
 }

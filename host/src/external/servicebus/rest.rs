@@ -40,6 +40,8 @@ pub struct Outgoing {
     pub body: String,
     /// `MessageId`, `ScheduledEnqueueTimeUtc`, …
     pub broker: SettableBrokerProperties,
+    /// Application properties (the trace context).
+    pub properties: Vec<(String, String)>,
 }
 
 /// The broker properties of a received message (the documented `BrokerProperties` header).
@@ -142,9 +144,15 @@ impl Rest {
         let items: Vec<serde_json::Value> = messages
             .iter()
             .map(|m| {
+                let properties: serde_json::Map<String, serde_json::Value> = m
+                    .properties
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
+                    .collect();
                 serde_json::json!({
                     "Body": m.body,
                     "BrokerProperties": m.broker,
+                    "UserProperties": properties,
                 })
             })
             .collect();

@@ -1,0 +1,4 @@
+-- The trace context of a follow-up for an external queue, published beside it in the
+-- broker's own headers.
+ALTER TABLE wharf_outbox ADD COLUMN traceparent TEXT;
+ALTER TABLE wharf_outbox ADD COLUMN tracestate TEXT;
