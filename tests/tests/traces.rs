@@ -721,3 +721,122 @@ async fn a_broker_message_retried_from_sql_stays_in_its_trace() {
     assert!(outcomes.contains(&Some("retried".into())), "{outcomes:?}");
     assert!(outcomes.contains(&Some("completed".into())), "{outcomes:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_producers_traceparent_on_rabbitmq_is_the_parent() {
+    let (collector, service) = (Collector::default(), Service::default());
+    let service_port = service.start().await;
+    let prefix = wharf_tests::unique_prefix("traces").replace(':', ".");
+    let url = wharf_tests::amqp_url();
+    let provider = format!(
+        "type = \"rabbitmq\"\nurl = \"{url}\"\nexchange_prefix = \"{prefix}\"\nqueue_prefix = \"{prefix}\"\n"
+    );
+    let dir = host_dir_on(collector.start().await, service_port, "", Some(&provider));
+    let _host = spawn_wharf(dir.dir.path());
+    // One message through the CLI first: the queue's topology exists once it is processed.
+    let hook = format!("http://127.0.0.1:{service_port}/hook");
+    let call = json!({ "url": hook, "method": "GET" });
+    let (ok, out, err) = dir.wharf(&["enqueue", "first", &call.to_string()]);
+    assert!(ok, "wharf enqueue: {out}{err}");
+    let processed = |n: usize| {
+        let collector = collector.clone();
+        move || {
+            let spans = collector.spans();
+            let done = spans.iter().filter(|s| s.name == "process first").count() == n;
+            async move { done.then_some(Spans(spans)) }
+        }
+    };
+    poll_until(T, processed(1))
+        .await
+        .expect("the first message processed");
+
+    // A producer outside Wharf publishes the envelope with its own context in the headers.
+    let names = wharf_host::external::rabbitmq::RabbitSettings {
+        exchange_prefix: prefix.clone(),
+        queue_prefix: prefix.clone(),
+        ..wharf_host::external::rabbitmq::RabbitSettings::new(url.clone())
+    }
+    .names("first");
+    let mut headers = lapin::types::FieldTable::default();
+    let parent = format!("00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01");
+    headers.insert(
+        "traceparent".into(),
+        lapin::types::AMQPValue::LongString(parent.into()),
+    );
+    let properties = lapin::BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_headers(headers);
+    let body = wharf_tests::envelope_body(call, Some("direct-1"));
+    wharf_tests::amqp_publish_with(&url, &names.exchange, "", &body, properties).await;
+    let spans = poll_until(T, processed(2))
+        .await
+        .expect("the direct message processed");
+    let direct = spans
+        .0
+        .iter()
+        .find(|s| {
+            s.name == "process first"
+                && attribute(s, "messaging.message.id").as_deref() == Some("direct-1")
+        })
+        .expect("the direct message's process span");
+    assert_eq!(hex(&direct.trace_id), PRODUCER_TRACE);
+    assert_eq!(
+        hex(&direct.parent_span_id),
+        PRODUCER_SPAN,
+        "the producer's span is the parent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceparent_given_to_the_api_is_the_parent() {
+    let (collector, service) = (Collector::default(), Service::default());
+    let service_port = service.start().await;
+    let dir = host_dir(collector.start().await, service_port, "");
+    let _host = spawn_wharf(dir.dir.path());
+    let url = format!(
+        "http://{}/api/v1/queues/first/messages",
+        admin_address(&dir).await
+    );
+    let body = json!({
+        "payload": serde_json::from_str::<serde_json::Value>(&payload(service_port)).unwrap(),
+        "headers": { "traceparent": format!("00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01") },
+    });
+    let status = tokio::task::spawn_blocking(move || {
+        let answer = ureq::post(&url)
+            .content_type("application/json")
+            .send(body.to_string());
+        answer.map(|a| a.status().as_u16())
+    })
+    .await
+    .unwrap()
+    .expect("the API answers");
+    assert_eq!(status, 201);
+    let spans = Spans::of_both_deliveries(&collector, &dir).await;
+    assert_one_trace_from_sql(&spans);
+}
+
+/// [`assert_one_trace`] for the SQL queue, whose messages have no MessageId here.
+fn assert_one_trace_from_sql(spans: &Spans) {
+    for span in &spans.0 {
+        assert_eq!(
+            hex(&span.trace_id),
+            PRODUCER_TRACE,
+            "`{}` is in the producer's trace",
+            span.name
+        );
+    }
+    let send_first = spans.one("send first");
+    assert_eq!(
+        hex(&send_first.parent_span_id),
+        PRODUCER_SPAN,
+        "the producer's span is the parent"
+    );
+    assert_eq!(
+        spans.one("process first").parent_span_id,
+        send_first.span_id
+    );
+    assert_eq!(
+        spans.one("process second").parent_span_id,
+        spans.one("send second").span_id
+    );
+}

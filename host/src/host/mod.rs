@@ -139,7 +139,9 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
         registry: registry.clone(),
         store: store.clone(),
         config: config.clone(),
+        router: Arc::default(),
     };
+    let admin_router = admin_state.router.clone();
     let (admin_addr, admin_task) =
         admin::serve(config.host.admin_listen, admin_state, shutdown.clone())
             .await
@@ -158,6 +160,7 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
     let (providers, activations, attempts, external_runtime) =
         open_external(&config, &health, &shutdown, &mut background).await?;
     let router = Arc::new(QueueRouter::new(store.clone(), &config, &providers));
+    let _ = admin_router.set(router.clone());
     let sampled = sampled(&config, &store, &providers, &health);
     background.push(tokio::spawn(crate::metrics::run_sampler(
         sampled,

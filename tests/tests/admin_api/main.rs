@@ -9,6 +9,7 @@ use wharf_host::enqueue::Enqueuer;
 use wharf_host::queue::Status;
 use wharf_tests::{TestDir, msg, wait_for, wait_status};
 
+mod enqueue;
 mod sessions;
 mod state;
 mod token;

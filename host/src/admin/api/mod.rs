@@ -1,5 +1,5 @@
 //! The message API under `/api/v1/`: queues with their counts by status and their last hour
-//! of rates and depth, messages filtered by queue, status, MessageId and session with cursor
+//! of rates and depth, enqueueing a message, messages filtered by queue, status, MessageId and session with cursor
 //! pagination, blocked sessions, one message with its history, retry / move / delete (one
 //! message, or every message of a queue in a status), the deployed handlers and the deploy
 //! log. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
@@ -14,6 +14,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 mod commands;
+mod enqueue;
 pub(crate) mod error;
 mod history;
 mod sessions;
@@ -21,6 +22,7 @@ mod state;
 
 pub use self::commands::{BulkChanged, Changed};
 use self::commands::{delete, delete_all, move_all, move_to, retry, retry_all};
+pub use self::enqueue::Enqueued;
 pub use self::error::ApiError;
 pub(crate) use self::error::Params;
 use self::error::{ApiResult, Key};
@@ -39,6 +41,7 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/queues", get(queues))
         .route("/queues/{queue}/history", get(history::queue_history))
+        .route("/queues/{queue}/messages", post(enqueue::enqueue))
         .route("/messages", get(messages).delete(delete_all))
         .route("/messages/retry", post(retry_all))
         .route("/messages/move", post(move_all))
