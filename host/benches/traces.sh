@@ -72,7 +72,7 @@ cleanup() {
 }
 trap cleanup EXIT
 seq 1 "$N" | awk '{printf "{\"n\":%d,\"pad\":\"abcdefghij\"}\n",$1}' > "$d/m.jsonl"
-(cd "$d" && "$WHARF" enqueue bench --file m.jsonl >/dev/null 2>"$d/enq.err") || { echo "enqueue failed: $(tail -2 "$d/enq.err")"; exit 1; }
+(cd "$d" && "$WHARF" enqueue bench --file m.jsonl ${ENQUEUE_ARGS:-} >/dev/null 2>"$d/enq.err") || { echo "enqueue failed: $(tail -2 "$d/enq.err")"; exit 1; }
 remaining() {
   if [ "$DB" = redis ]; then
     redis-cli --raw eval "local t=0 for _,k in ipairs(redis.call('keys', ARGV[1]..'*')) do if redis.call('type',k).ok=='zset' then t=t+redis.call('zcard',k) end end return t" 0 "$prefix"

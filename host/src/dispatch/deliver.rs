@@ -8,7 +8,6 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedSemaphorePermit;
-use tracing::Instrument;
 
 use super::effects::{self, CommitError, ForSettlement, STATE_RERUNS, Staging};
 use super::outcome::{decide, transient};
@@ -18,7 +17,7 @@ use crate::inbox::{InboxKey, InboxStore};
 use crate::metrics::MessageOutcome;
 use crate::queue::{Backoff, Disposition};
 use crate::runtime::{CallEffects, InvokeError, LoadedHandler, Outcome, StateCall};
-use crate::telemetry::{Delivery, Destination, Processing, SQL_SYSTEM};
+use crate::telemetry::{Delivery, Destination, Processing, SQL_SYSTEM, SpanId, TraceId};
 
 /// How a completion by a pending handoff is named (the message's `outcome`).
 pub(crate) const PENDING_HANDOFF: &str = "pending-handoff";
@@ -120,7 +119,7 @@ pub(crate) async fn check_keys(
 }
 
 /// Process one received message and settle it, under its `process` span when traces are
-/// on (the log lines of the delivery then carry its trace and span ids).
+/// on (the delivery's log lines then carry its trace and span ids).
 pub(crate) async fn process<S: Source>(
     shared: Arc<Shared<S>>,
     handler: Arc<LoadedHandler>,
@@ -146,23 +145,8 @@ pub(crate) async fn process<S: Source>(
         attempt: work.message.attempt,
         group: shared.source.consumer_group(),
     };
-    let Some(trace) = Processing::start(at, &delivery) else {
-        return deliver(shared, handler, seq, work, check, received, permit, None).await;
-    };
-    let (trace_id, span_id) = trace.ids();
-    let span = tracing::info_span!("message", trace_id, span_id);
-    deliver(
-        shared,
-        handler,
-        seq,
-        work,
-        check,
-        received,
-        permit,
-        Some(trace),
-    )
-    .instrument(span)
-    .await
+    let trace = Processing::start(at, &delivery);
+    deliver(shared, handler, seq, work, check, received, permit, trace).await
 }
 
 /// [`process`], its span started.
@@ -203,6 +187,7 @@ async fn deliver<S: Source>(
         work.decided.take(),
         check,
         attempt,
+        trace.as_ref(),
         &failed,
     ) {
         Ok(inbox) => inbox,
@@ -304,7 +289,7 @@ async fn deliver<S: Source>(
     }
 
     // 4. Settle.
-    log(p, &work.label, attempt, &disposition);
+    log(p, &work.label, attempt, &disposition, trace.as_ref());
     if let Some(trace) = &trace {
         trace_outcome(trace, &disposition, outcome, error_type);
     }
@@ -389,19 +374,20 @@ fn before_the_guest<'s, S: Source>(
     decided: Option<Disposition>,
     check: Precheck,
     attempt: u32,
+    trace: Option<&Processing>,
     failed: &dyn Fn(String) -> Disposition,
 ) -> Result<Option<&'s InboxBinding>, (Disposition, Option<&'static str>)> {
     let p = &shared.pipeline;
     let duplicate = matches!(check, Precheck::Checked(_, true));
     if let (false, Some(disposition)) = (duplicate, decided) {
-        log(p, label, attempt, &disposition);
+        log(p, label, attempt, &disposition, trace);
         return Err((disposition, None));
     }
     match check {
         Precheck::Bypass => Ok(None),
         Precheck::Failed(error) => {
             let disposition = failed(error);
-            log(p, label, attempt, &disposition);
+            log(p, label, attempt, &disposition, trace);
             Err((disposition, None))
         }
         Precheck::Checked(key, true) => {
@@ -488,7 +474,7 @@ async fn finish_then<S: Source>(
         let p = &settling.pipeline;
         let settle_span = trace
             .as_ref()
-            .and_then(|t| crate::telemetry::child(t.context(), format!("settle {}", p.name)));
+            .and_then(|t| crate::telemetry::child(t.context(), crate::telemetry::name("settle ", &p.name)));
         let mut settle = std::pin::pin!(settling.source.settle(handle, verdict));
         let first = std::future::poll_fn(|cx| Poll::Ready(settle.as_mut().poll(cx))).await;
         drop(permit);
@@ -522,7 +508,16 @@ async fn finish_then<S: Source>(
 }
 
 /// Log a delivery's disposition and count it in `wharf_messages_total`.
-fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {
+fn log(
+    p: &Pipeline,
+    label: &str,
+    attempt: u32,
+    disposition: &Disposition,
+    trace: Option<&Processing>,
+) {
+    // Written only for a line that is logged.
+    let trace_id = trace.map(|t| tracing::field::display(TraceId(t.context())));
+    let span_id = trace.map(|t| tracing::field::display(SpanId(t.context())));
     let queue = &p.name;
     crate::metrics::message(
         queue,
@@ -536,25 +531,25 @@ fn log(p: &Pipeline, label: &str, attempt: u32, disposition: &Disposition) {
     let handler = &*p.handler;
     match disposition {
         Disposition::Complete => {
-            tracing::debug!(%queue, handler, delivery = %label, attempt, "message processed")
+            tracing::debug!(%queue, handler, delivery = %label, attempt, trace_id, span_id, "message processed")
         }
         Disposition::Retry {
             error: Some(error),
             at_ms,
         } => {
-            tracing::warn!(%queue, handler, delivery = %label, attempt, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
+            tracing::warn!(%queue, handler, delivery = %label, attempt, trace_id, span_id, retry_at_ms = at_ms, "attempt failed, will retry: {error}")
         }
         Disposition::Retry { error: None, at_ms } => {
-            tracing::debug!(%queue, handler, delivery = %label, attempt, retry_at_ms = at_ms, "handler asked to run again later")
+            tracing::debug!(%queue, handler, delivery = %label, attempt, trace_id, span_id, retry_at_ms = at_ms, "handler asked to run again later")
         }
         Disposition::Fail { error } => {
-            tracing::error!(%queue, handler, delivery = %label, attempt, "message failed: {error}")
+            tracing::error!(%queue, handler, delivery = %label, attempt, trace_id, span_id, "message failed: {error}")
         }
         Disposition::Release => {
-            tracing::debug!(%queue, handler, delivery = %label, attempt, "message released unprocessed")
+            tracing::debug!(%queue, handler, delivery = %label, attempt, trace_id, span_id, "message released unprocessed")
         }
         Disposition::HandOff => {
-            tracing::info!(%queue, handler, delivery = %label, attempt, "message handed off: its session waits until it is settled")
+            tracing::info!(%queue, handler, delivery = %label, attempt, trace_id, span_id, "message handed off: its session waits until it is settled")
         }
     }
 }

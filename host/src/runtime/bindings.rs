@@ -201,7 +201,8 @@ impl wharf::handler::host::Host for HostState {
 
     async fn log(&mut self, level: Level, message: String) {
         let (handler, queue) = (&*self.handler, &*self.queue);
-        if let Some(cx) = self.trace.as_ref().and_then(|t| t.get()) {
+        let cx = self.trace.as_ref().and_then(|t| t.get());
+        if let Some(cx) = cx {
             let severity = match level {
                 Level::Trace => "TRACE",
                 Level::Debug => "DEBUG",
@@ -211,12 +212,25 @@ impl wharf::handler::host::Host for HostState {
             };
             crate::telemetry::log_event(cx, severity, &message);
         }
+        // Written only for a line that is logged.
+        let trace_id = cx.map(|cx| tracing::field::display(crate::telemetry::TraceId(cx)));
+        let span_id = cx.map(|cx| tracing::field::display(crate::telemetry::SpanId(cx)));
         match level {
-            Level::Trace => tracing::trace!(target: "wharf::guest", handler, queue, "{message}"),
-            Level::Debug => tracing::debug!(target: "wharf::guest", handler, queue, "{message}"),
-            Level::Info => tracing::info!(target: "wharf::guest", handler, queue, "{message}"),
-            Level::Warn => tracing::warn!(target: "wharf::guest", handler, queue, "{message}"),
-            Level::Error => tracing::error!(target: "wharf::guest", handler, queue, "{message}"),
+            Level::Trace => {
+                tracing::trace!(target: "wharf::guest", handler, queue, trace_id, span_id, "{message}")
+            }
+            Level::Debug => {
+                tracing::debug!(target: "wharf::guest", handler, queue, trace_id, span_id, "{message}")
+            }
+            Level::Info => {
+                tracing::info!(target: "wharf::guest", handler, queue, trace_id, span_id, "{message}")
+            }
+            Level::Warn => {
+                tracing::warn!(target: "wharf::guest", handler, queue, trace_id, span_id, "{message}")
+            }
+            Level::Error => {
+                tracing::error!(target: "wharf::guest", handler, queue, trace_id, span_id, "{message}")
+            }
         }
     }
 }

@@ -129,9 +129,10 @@ pub async fn invoke_starting_by(
         }
     };
     drop(instantiating);
-    if let (Some(cx), Some(slot)) = (&process, &call_trace)
-        && let Some(handle) = crate::telemetry::child(cx, "handle")
-    {
+    if let (Some(cx), Some(slot)) = (&process, &call_trace) {
+        // Not recorded: the call still carries the delivery's context to its follow-ups and
+        // requests.
+        let handle = crate::telemetry::child(cx, "handle").unwrap_or_else(|| cx.clone());
         let _ = slot.set(handle);
     }
     let call = async {

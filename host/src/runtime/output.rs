@@ -75,19 +75,23 @@ impl LineWriter {
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end_matches('\r');
         let handler = &*self.stream.handler;
-        if let Some(cx) = self.stream.trace.as_ref().and_then(|t| t.get()) {
+        let cx = self.stream.trace.as_ref().and_then(|t| t.get());
+        if let Some(cx) = cx {
             let level = match self.stream.channel {
                 Channel::Stdout => "INFO",
                 Channel::Stderr => "WARN",
             };
             crate::telemetry::log_event(cx, level, text);
         }
+        // Written only for a line that is logged.
+        let trace_id = cx.map(|cx| tracing::field::display(crate::telemetry::TraceId(cx)));
+        let span_id = cx.map(|cx| tracing::field::display(crate::telemetry::SpanId(cx)));
         match self.stream.channel {
             Channel::Stdout => {
-                tracing::info!(target: "wharf::guest", handler, stream = "stdout", "{text}")
+                tracing::info!(target: "wharf::guest", handler, stream = "stdout", trace_id, span_id, "{text}")
             }
             Channel::Stderr => {
-                tracing::warn!(target: "wharf::guest", handler, stream = "stderr", "{text}")
+                tracing::warn!(target: "wharf::guest", handler, stream = "stderr", trace_id, span_id, "{text}")
             }
         }
     }

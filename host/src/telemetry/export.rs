@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Spans per OTLP request at most.
-const BATCH: usize = 512;
+const BATCH: usize = 2048;
 
 /// How long a batch that is not full waits for more spans.
 const LINGER: Duration = Duration::from_millis(200);

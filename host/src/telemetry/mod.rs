@@ -18,13 +18,30 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 
 pub use propagate::{TRACEPARENT, TRACESTATE, extract, inject};
 pub use spans::{
-    Delivery, Destination, Processing, SQL_SYSTEM, child, http_answered, http_failed, http_request,
-    log_event, send, trace_id_of,
+    Delivery, Destination, Processing, SQL_SYSTEM, SpanId, TraceId, child, http_answered,
+    http_failed, http_request, log_event, name, send, trace_id_of,
 };
 
 use crate::config::Telemetry;
 
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// Whether the sampler follows a remote parent's decision.
+static FOLLOWS_PARENTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether the sampler follows a remote parent's decision (the `parentbased_*` samplers).
+fn follows_parents() -> bool {
+    FOLLOWS_PARENTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether new traces are never recorded (a ratio of 0).
+static NEVER_NEW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether new traces are never recorded (a ratio of 0): a message without a trace then
+/// gets neither spans nor a `traceparent`.
+fn never_new() -> bool {
+    NEVER_NEW.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// The process's tracer, when traces are on.
 fn tracer() -> Option<&'static SdkTracer> {
@@ -77,6 +94,14 @@ pub fn start(config: &Telemetry) -> Result<Tracing, TelemetryError> {
     } else {
         ratio
     };
+    FOLLOWS_PARENTS.store(
+        config.sampling.parent_based,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    NEVER_NEW.store(
+        config.sampling.ratio <= 0.0,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
         .with_sampler(sampler)

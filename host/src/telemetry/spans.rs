@@ -12,6 +12,29 @@ use opentelemetry::{Context, KeyValue};
 use super::propagate::{extract, inject};
 use super::tracer;
 
+/// Most names [`name`] keeps.
+const MAX_NAMES: usize = 4096;
+
+/// `PREFIX QUEUE` as a span name or attribute value, made once per queue and kept for the
+/// process's life (queue names come from the configuration), so a span costs no allocation
+/// for it; past [`MAX_NAMES`] names it is made each time.
+pub fn name(prefix: &'static str, queue: &str) -> Cow<'static, str> {
+    static NAMES: std::sync::LazyLock<
+        std::sync::RwLock<std::collections::HashMap<(&'static str, String), &'static str>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let key = (prefix, queue.to_string());
+    if let Some(name) = NAMES.read().expect("span names").get(&key) {
+        return Cow::Borrowed(name);
+    }
+    let mut names = NAMES.write().expect("span names");
+    if names.len() >= MAX_NAMES {
+        return Cow::Owned(format!("{prefix}{queue}"));
+    }
+    let name: &'static str = Box::leak(format!("{prefix}{queue}").into_boxed_str());
+    names.insert(key, name);
+    Cow::Borrowed(name)
+}
+
 /// The `messaging.system` of a message in the SQL queue.
 pub const SQL_SYSTEM: &str = "wharf";
 
@@ -22,14 +45,14 @@ pub struct Destination<'a> {
     pub queue: &'a str,
     /// `messaging.system`: `wharf` for the SQL queue, else the broker (`rabbitmq`, `kafka`,
     /// `servicebus`, `redis`).
-    pub system: &'a str,
+    pub system: &'static str,
 }
 
 impl Destination<'_> {
     fn attributes(&self, operation: &'static str, message_id: Option<&str>) -> Vec<KeyValue> {
         let mut attributes = vec![
-            KeyValue::new("messaging.system", self.system.to_string()),
-            KeyValue::new("messaging.destination.name", self.queue.to_string()),
+            KeyValue::new("messaging.system", self.system),
+            KeyValue::new("messaging.destination.name", name("", self.queue)),
             KeyValue::new("messaging.operation.type", operation),
         ];
         if let Some(id) = message_id {
@@ -53,14 +76,39 @@ pub fn send(
         Some(cx) => cx.clone(),
         None => remote(headers),
     };
+    if starts_none(&parent) {
+        // Sampled at 0, a new trace is never recorded: no span, no header.
+        return;
+    }
+    if follows_unsampled(&parent) {
+        // Not recorded: the message carries its parent's context, decision included.
+        inject(&parent, headers);
+        return;
+    }
     let span = tracer
-        .span_builder(format!("send {}", to.queue))
+        .span_builder(name("send ", to.queue))
         .with_kind(SpanKind::Producer)
-        .with_attributes(to.attributes("send", message_id))
         .start_with_context(tracer, &parent);
     let cx = parent.with_span(span);
+    if cx.span().is_recording() {
+        cx.span().set_attributes(to.attributes("send", message_id));
+    }
     inject(&cx, headers);
     cx.span().end();
+}
+
+/// Whether `parent` has no span (a new trace would start) and new traces are never
+/// recorded (`sample_ratio = 0`).
+fn starts_none(parent: &Context) -> bool {
+    !parent.span().span_context().is_valid() && super::never_new()
+}
+
+/// Whether a span under `parent` is certainly not sampled: its parent was not, and the
+/// sampler follows parents. Such spans are not made at all.
+fn follows_unsampled(parent: &Context) -> bool {
+    let span = parent.span();
+    let parent = span.span_context();
+    parent.is_valid() && !parent.is_sampled() && super::follows_parents()
 }
 
 /// The context of the remote parent `headers` carry, or an empty one.
@@ -91,26 +139,39 @@ pub struct Processing {
 }
 
 impl Processing {
-    /// Start the `process {queue}` span of a delivery (`None` when traces are off).
+    /// Start the `process {queue}` span of a delivery (`None` when traces are off, or when
+    /// the message has no trace and new ones are never recorded).
     pub fn start(at: Destination<'_>, delivery: &Delivery<'_>) -> Option<Processing> {
         let tracer = tracer()?;
         let parent = remote(delivery.headers);
-        let mut attributes = at.attributes("process", delivery.message_id);
-        attributes.push(KeyValue::new("wharf.attempt", i64::from(delivery.attempt)));
-        if let Some(group) = delivery.group {
-            attributes.push(KeyValue::new(
-                "messaging.consumer.group.name",
-                group.to_string(),
-            ));
+        if starts_none(&parent) {
+            return None;
+        }
+        if follows_unsampled(&parent) {
+            // Not recorded: its calls' follow-ups and requests carry the producer's context.
+            return Some(Processing { cx: parent });
         }
         let span = tracer
-            .span_builder(format!("process {}", at.queue))
+            .span_builder(name("process ", at.queue))
             .with_kind(SpanKind::Consumer)
-            .with_attributes(attributes)
             .start_with_context(tracer, &parent);
-        Some(Processing {
-            cx: parent.with_span(span),
-        })
+        let cx = parent.with_span(span);
+        let span = cx.span();
+        if span.is_recording() {
+            let mut attributes = at.attributes("process", delivery.message_id);
+            attributes.push(KeyValue::new("wharf.attempt", i64::from(delivery.attempt)));
+            if let Some(group) = delivery.group {
+                let group = KeyValue::new("messaging.consumer.group.name", group.to_string());
+                attributes.push(group);
+            }
+            span.set_attributes(attributes);
+        }
+        Some(Processing { cx })
+    }
+
+    /// Whether its span is recorded (sampled).
+    pub fn recording(&self) -> bool {
+        self.cx.span().is_recording()
     }
 
     /// The context children and follow-ups take as parent.
@@ -118,15 +179,12 @@ impl Processing {
         &self.cx
     }
 
-    /// The trace and span ids, as JSON logs show them.
-    pub fn ids(&self) -> (String, String) {
-        let span = self.cx.span().span_context().clone();
-        (span.trace_id().to_string(), span.span_id().to_string())
-    }
-
     /// Record the outcome (`wharf.outcome`) and, for a failure, `error.type` and its text.
     pub fn outcome(&self, outcome: &str, error: Option<(&'static str, &str)>) {
         let span = self.cx.span();
+        if !span.is_recording() {
+            return;
+        }
         span.set_attribute(KeyValue::new("wharf.outcome", outcome.to_string()));
         if let Some((kind, text)) = error {
             span.set_attribute(KeyValue::new("error.type", kind));
@@ -140,9 +198,13 @@ impl Processing {
     }
 }
 
-/// A child span of `parent` (`instantiate`, `handle`, `settle {queue}`), ended when dropped.
+/// A child span of `parent` (`instantiate`, `handle`, `settle {queue}`), ended when dropped;
+/// `None` under a span that is not recorded.
 pub fn child(parent: &Context, name: impl Into<Cow<'static, str>>) -> Option<Context> {
     let tracer = tracer()?;
+    if !parent.span().is_recording() {
+        return None;
+    }
     let span = tracer
         .span_builder(name)
         .with_kind(SpanKind::Internal)
@@ -152,6 +214,9 @@ pub fn child(parent: &Context, name: impl Into<Cow<'static, str>>) -> Option<Con
 
 /// A line a guest logged, as an event of `parent`'s span.
 pub fn log_event(parent: &Context, level: &'static str, text: &str) {
+    if !parent.span().is_recording() {
+        return;
+    }
     parent.span().add_event(
         "log",
         vec![
@@ -170,6 +235,11 @@ pub fn http_request(
     headers: &mut http::HeaderMap,
 ) -> Option<Context> {
     let tracer = tracer()?;
+    if !parent.span().is_recording() {
+        // Not recorded: the request carries the call's context, decision included.
+        write_headers(parent, headers);
+        return None;
+    }
     let span = tracer
         .span_builder(method.as_str().to_string())
         .with_kind(SpanKind::Client)
@@ -179,8 +249,14 @@ pub fn http_request(
         ])
         .start_with_context(tracer, parent);
     let cx = parent.with_span(span);
+    write_headers(&cx, headers);
+    Some(cx)
+}
+
+/// The context of `cx` as HTTP request headers.
+fn write_headers(cx: &Context, headers: &mut http::HeaderMap) {
     let mut pairs = Vec::new();
-    inject(&cx, &mut pairs);
+    inject(cx, &mut pairs);
     for (name, value) in pairs {
         if let (Ok(name), Ok(value)) = (
             http::HeaderName::from_bytes(name.as_bytes()),
@@ -189,7 +265,24 @@ pub fn http_request(
             headers.insert(name, value);
         }
     }
-    Some(cx)
+}
+
+/// The trace id of a context's span, written only when a log line is (`trace_id` field).
+pub struct TraceId<'a>(pub &'a Context);
+
+impl std::fmt::Display for TraceId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.span().span_context().trace_id())
+    }
+}
+
+/// The span id of a context's span, written only when a log line is (`span_id` field).
+pub struct SpanId<'a>(pub &'a Context);
+
+impl std::fmt::Display for SpanId<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.span().span_context().span_id())
+    }
 }
 
 /// Record an HTTP answer's status on a request span (4xx and 5xx are errors).
