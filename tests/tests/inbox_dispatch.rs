@@ -125,6 +125,12 @@ async fn check_then_guest_then_record_and_a_redelivery_is_skipped() {
         .unwrap();
     let first = wait_status(&host, m.key, Status::Processed, T).await;
     assert_eq!(first.outcome.as_deref(), Some("completed"));
+    // An inbox outside the queue database is recorded right after the settlement is applied,
+    // so the message can be seen processed a moment before its record.
+    wait_for(T, "the inbox record", || async {
+        (spy.log.lock().unwrap().len() >= 2).then_some(())
+    })
+    .await;
     assert_eq!(
         *spy.log.lock().unwrap(),
         vec![
