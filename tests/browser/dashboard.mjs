@@ -151,6 +151,7 @@ await step("retry resubmits a failed message, which the fixed handler processes"
     earlierRed: await page.$$eval("[data-earlier-error]", (all) => all.some((e) => e.closest(".error") !== null)),
     actions: await actions(".toolbar"),
     trace: await page.$$eval("[data-trace]", (all) => all.map((e) => e.textContent)),
+    headers: await page.$$eval("dl.fields.card dt", (all) => all.map((e) => e.textContent)),
   };
   await page.goto(`${base}#/messages?queue=work&status=processed`);
   await page.waitForSelector(`tr[data-key="${key}"]`, timeout);

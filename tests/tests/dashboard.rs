@@ -228,6 +228,7 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     assert_eq!(detail["actions"], json!(["delete"]), "{report}");
     let n = failing.iter().position(|k| *k == retried).unwrap();
     assert_eq!(detail["trace"], json!([trace_id(n)]), "{report}");
+    assert_eq!(detail["headers"], json!(["traceparent"]), "{report}");
     let row = &report["retriedRow"];
     assert_eq!(row["redErrors"], json!(0), "{report}");
     assert_eq!(

@@ -17,7 +17,7 @@ function h(tag, attrs, ...children) {
     else if (name === "class") el.className = value;
     else el.setAttribute(name, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     el.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -131,7 +131,7 @@ function svg(tag, attrs, ...children) {
   for (const [name, value] of Object.entries(attrs || {})) {
     if (value !== undefined && value !== null) el.setAttribute(name, String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child !== undefined && child !== null) el.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
   return el;
