@@ -19,19 +19,28 @@ const MAX_NAMES: usize = 4096;
 /// process's life (queue names come from the configuration), so a span costs no allocation
 /// for it; past [`MAX_NAMES`] names it is made each time.
 pub fn name(prefix: &'static str, queue: &str) -> Cow<'static, str> {
-    static NAMES: std::sync::LazyLock<
-        std::sync::RwLock<std::collections::HashMap<(&'static str, String), &'static str>>,
-    > = std::sync::LazyLock::new(Default::default);
-    let key = (prefix, queue.to_string());
-    if let Some(name) = NAMES.read().expect("span names").get(&key) {
+    type Names =
+        std::collections::HashMap<&'static str, std::collections::HashMap<String, &'static str>>;
+    static NAMES: std::sync::LazyLock<std::sync::RwLock<Names>> =
+        std::sync::LazyLock::new(Default::default);
+    // Looked up by the borrowed name: a span costs no allocation once its name is kept.
+    if let Some(name) = NAMES
+        .read()
+        .expect("span names")
+        .get(prefix)
+        .and_then(|n| n.get(queue))
+    {
         return Cow::Borrowed(name);
     }
     let mut names = NAMES.write().expect("span names");
-    if names.len() >= MAX_NAMES {
+    if names.values().map(|n| n.len()).sum::<usize>() >= MAX_NAMES {
         return Cow::Owned(format!("{prefix}{queue}"));
     }
     let name: &'static str = Box::leak(format!("{prefix}{queue}").into_boxed_str());
-    names.insert(key, name);
+    names
+        .entry(prefix)
+        .or_default()
+        .insert(queue.to_string(), name);
     Cow::Borrowed(name)
 }
 
