@@ -34,6 +34,14 @@ pub const TRACEPARENT: &str = "traceparent";
 /// The W3C header that carries vendor-specific trace state beside [`TRACEPARENT`].
 pub const TRACESTATE: &str = "tracestate";
 
+/// The value of header `name` (any case) in `headers`.
+pub fn value<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 /// The trace-context headers among `headers` (`traceparent`, `tracestate`; names in any
 /// case), as a broker carries them beside the envelope.
 pub fn trace_context(headers: &[(String, String)]) -> Vec<(String, String)> {

@@ -4,6 +4,7 @@
 //! serialized step, never a queue that another relay holds rows of, so two hosts do not
 //! publish one row, and one queue's rows go out in the order they were committed.
 
+use crate::headers;
 use crate::sql::{Conn, Pool, Sql};
 
 use super::{FollowUp, QueueError};
@@ -134,8 +135,8 @@ pub(crate) async fn insert(
                 .bind(f.message.session.as_deref())
                 .bind(entry.due_at_ms)
                 .bind(now)
-                .bind(header(&f.message.headers, crate::headers::TRACEPARENT))
-                .bind(header(&f.message.headers, crate::headers::TRACESTATE));
+                .bind(headers::value(&f.message.headers, headers::TRACEPARENT))
+                .bind(headers::value(&f.message.headers, headers::TRACESTATE));
         }
         query.execute().await?;
     }
@@ -228,14 +229,6 @@ pub(crate) async fn backlog(pool: &Pool) -> Result<Vec<OutboxBacklog>, QueueErro
         })
         .collect::<Result<Vec<_>, sqlx::Error>>()
         .map_err(QueueError::from)
-}
-
-/// The value of header `name` (any case) in `headers`.
-fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
-    headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
 }
 
 fn keys_json(keys: &[i64]) -> String {

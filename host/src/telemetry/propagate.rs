@@ -14,10 +14,7 @@ struct Read<'h>(&'h [(String, String)]);
 
 impl Extractor for Read<'_> {
     fn get(&self, key: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v.as_str())
+        crate::headers::value(self.0, key)
     }
 
     fn keys(&self) -> Vec<&str> {
@@ -36,12 +33,7 @@ impl Injector for Write<'_> {
 
 /// The remote span context `headers` carry, if they carry a valid one.
 pub fn extract(headers: &[(String, String)]) -> Option<SpanContext> {
-    if !headers
-        .iter()
-        .any(|(k, _)| k.eq_ignore_ascii_case(TRACEPARENT))
-    {
-        return None;
-    }
+    crate::headers::value(headers, TRACEPARENT)?;
     let cx = TraceContextPropagator::new().extract(&Read(headers));
     let span = cx.span().span_context().clone();
     span.is_valid().then_some(span)
