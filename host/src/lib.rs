@@ -21,9 +21,11 @@ pub mod queue;
 pub mod redis_client;
 pub mod replay;
 pub mod runtime;
+pub mod schedule;
 pub mod schema_lock;
 pub mod sql;
 pub mod telemetry;
+pub mod ticks;
 
 pub use config::Config;
 pub use host::{RunningHost, StartOptions, start, start_with};

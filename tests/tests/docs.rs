@@ -6,7 +6,7 @@
 //! writes to.
 //!
 //! A `toml` block is a `wharf.toml` example when it has a `[host]`, `[storage]`, `[admin]`,
-//! `[external]`, `[inbox…]`, `[queues.…]`, `[providers.…]` or `[telemetry]` table. An HTML comment on the
+//! `[external]`, `[inbox…]`, `[queues.…]`, `[providers.…]`, `[telemetry]` or `[schedules.…]` table. An HTML comment on the
 //! line right before a block marks it: `<!-- fragment -->` skips it, `<!-- env: NAME=VALUE -->`
 //! gives `${NAME}` a value. Otherwise `${NAME:-default}` takes its default and `${NAME}` a
 //! dummy value.
@@ -450,6 +450,7 @@ fn is_wharf_toml(block: &Block) -> bool {
                 "[queues.",
                 "[providers.",
                 "[telemetry]",
+                "[schedules.",
             ]
             .iter()
             .any(|table| line.starts_with(table))

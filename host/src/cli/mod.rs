@@ -10,6 +10,7 @@ mod messages;
 mod replay;
 mod run;
 mod scaffold;
+mod schedules;
 mod sessions;
 mod state;
 mod status;
@@ -88,6 +89,11 @@ pub enum Command {
     /// Handlers' key-value state (`wasi:keyvalue` buckets): get, list or delete keys.
     #[command(subcommand)]
     State(state::StateCommand),
+    /// Periodic messages (`[schedules.NAME]`): next and last tick, and which host enqueued it.
+    #[command(subcommand)]
+    Schedules(schedules::SchedulesCommand),
+    /// The hosts sharing the queue storage, with their ids, alive or not.
+    Hosts,
     /// Work with the configuration file.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -211,5 +217,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status => status::run(&cli).await,
         Command::Replay(args) => replay::run(&cli, args).await,
         Command::State(cmd) => state::run(&cli, cmd).await,
+        Command::Schedules(cmd) => schedules::run(&cli, cmd).await,
+        Command::Hosts => schedules::hosts(&cli).await,
     }
 }

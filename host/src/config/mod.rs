@@ -9,6 +9,7 @@ mod interpolate;
 mod load;
 mod outbound_host;
 mod queue;
+mod schedule;
 mod secret;
 mod telemetry;
 mod validate;
@@ -30,6 +31,7 @@ pub use interpolate::{InterpolateError, interpolate};
 pub use load::ConfigError;
 pub use outbound_host::{BadOutboundHost, OutboundHost};
 pub use queue::{AUTO_CONCURRENCY, QueueConfig, RetentionConfig};
+pub use schedule::{CatchUp, ScheduleConfig};
 pub use secret::{Secret, redacted_url};
 pub use telemetry::{Sampling, Telemetry, TelemetryConfig};
 pub(crate) use validate::check_name;
@@ -66,6 +68,9 @@ pub struct Config {
     /// `[admin]`: the admin API's token.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// `[schedules.NAME]`: periodic messages.
+    #[serde(default)]
+    pub schedules: BTreeMap<String, ScheduleConfig>,
     /// `[telemetry]`: OpenTelemetry traces, as written.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
@@ -79,6 +84,9 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HostConfig {
+    /// This host's id, stable across restarts: shown by `wharf hosts` and recorded with the
+    /// schedule ticks it enqueued (default: the machine's host name and the admin port).
+    pub id: Option<String>,
     /// Directory watched for `NAME.wasm` handler components (relative to the config file).
     pub handlers_dir: PathBuf,
     /// Directory for compiled-component cache files (relative to the config file).
@@ -106,6 +114,7 @@ pub struct HostConfig {
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
+            id: None,
             handlers_dir: PathBuf::from("handlers"),
             cache_dir: PathBuf::from(".wharf/cache"),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
@@ -115,6 +124,26 @@ impl Default for HostConfig {
             instance_memory: ByteSize::mib(64),
             max_instance_memory: ByteSize::mib(512),
             metrics_interval: Duration::from_secs(15),
+        }
+    }
+}
+
+impl HostConfig {
+    /// This host's id: `id`, or the machine's host name and the admin port (and the process
+    /// id when the port is chosen by the system).
+    pub fn host_id(&self) -> String {
+        if let Some(id) = &self.id {
+            return id.clone();
+        }
+        let machine = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "localhost".to_string());
+        match self.admin_listen.port() {
+            0 => format!("{machine}-0-{}", std::process::id()),
+            port => format!("{machine}-{port}"),
         }
     }
 }
@@ -201,6 +230,7 @@ impl Config {
             providers: BTreeMap::new(),
             external: ExternalConfig::default(),
             admin: AdminConfig::default(),
+            schedules: BTreeMap::new(),
             telemetry: TelemetryConfig::default(),
             traces: None,
         }

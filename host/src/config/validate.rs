@@ -8,6 +8,10 @@ use super::{Config, ConfigError};
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let file = self.source.as_path();
+        self.validate_schedules(file)?;
+        if let Some(id) = &self.host.id {
+            check_name(file, "host.id", id)?;
+        }
         let url = &self.storage.url;
         if !(url.starts_with("sqlite:")
             || url.starts_with("postgres://")

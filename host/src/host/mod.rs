@@ -23,6 +23,7 @@ use crate::external::{
 use crate::inbox::InboxStores;
 use crate::queue::{self, QueueStore};
 use crate::runtime::{HandlerRegistry, deploy};
+use crate::schedule::{self, Schedules};
 use queues::QueueWiring;
 
 /// A started host. Dropping it does not stop it: call [`RunningHost::shutdown`].
@@ -181,6 +182,28 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
         health.register("outbox", Arc::new(OutboxHealth(relay.failing())));
         background.push(tokio::spawn(relay.run(shutdown.clone())));
     }
+    let host_id = config.host.host_id();
+    let started_at_ms = crate::clock::now_ms();
+    let others_alive = schedule::hosts::register(&store, &host_id, started_at_ms)
+        .await
+        .context("registering this host in the queue storage")?;
+    tracing::info!(host = %host_id, "host id");
+    background.push(schedule::hosts::beat(
+        store.clone(),
+        host_id.clone(),
+        started_at_ms,
+        shutdown.clone(),
+    ));
+    background.extend(
+        Schedules {
+            store: store.clone(),
+            router: router.clone(),
+            host: host_id,
+            started_at_ms,
+            others_alive,
+        }
+        .start(&config.schedules, &shutdown),
+    );
     let (settler, settler_task) = Settler::start(store.clone());
     let mut wiring = QueueWiring {
         config: &config,

@@ -206,6 +206,19 @@ pub fn spans_dropped(reason: &'static str, count: usize) {
         .increment(count as u64);
 }
 
+/// Ticks of schedule `schedule` this host claimed: `enqueued` got a message, `missed` were
+/// skipped (no host ran at the time, and the catch-up left them out).
+pub fn schedule_ticks(schedule: &str, enqueued: usize, missed: usize) {
+    if enqueued > 0 {
+        metrics::counter!("wharf_schedule_ticks_enqueued_total", "schedule" => schedule.to_string())
+            .increment(enqueued as u64);
+    }
+    if missed > 0 {
+        metrics::counter!("wharf_schedule_ticks_missed_total", "schedule" => schedule.to_string())
+            .increment(missed as u64);
+    }
+}
+
 /// Finished spans the collector accepted.
 pub fn spans_exported(count: usize) {
     metrics::counter!("wharf_trace_spans_exported_total").increment(count as u64);

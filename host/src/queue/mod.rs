@@ -21,6 +21,7 @@ mod plan;
 mod postgres;
 mod prepared;
 mod rows;
+mod schedules;
 pub mod sessions;
 mod settle;
 mod sqlite;
@@ -44,6 +45,7 @@ pub use outbox::{OutboxBacklog, OutboxEntry, OutboxRow};
 pub use payload::canonical_hash;
 pub use plan::{Existing, Plan, destination, plan};
 pub use postgres::VACUUM_AFTER_LEASES;
+pub use schedules::{Claim, HostRow, ScheduleRow};
 pub(crate) use sqlite::sqlite_options;
 pub use state::{Committed, StateChange, StateWrite, counter_bytes, counter_value};
 pub use status::Status;
@@ -352,6 +354,27 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Delete a key of handlers' key-value state; returns whether it existed.
     async fn state_delete(&self, bucket: &str, key: &str) -> Result<bool, QueueError>;
+
+    /// The row of schedule `name`, made (its last tick `now_ms`) when it has none.
+    async fn schedule_begin(&self, name: &str, now_ms: i64) -> Result<ScheduleRow, QueueError>;
+
+    /// Claim ticks of a schedule and write their messages in one transaction; `false` when
+    /// another host claimed first (nothing was written).
+    async fn schedule_claim(&self, claim: &Claim<'_>) -> Result<bool, QueueError>;
+
+    /// Every schedule's row, by name.
+    async fn schedules(&self) -> Result<Vec<ScheduleRow>, QueueError>;
+
+    /// Record that host `id` (started at `started_at_ms`) is alive now, or stopped now.
+    async fn host_beat(
+        &self,
+        id: &str,
+        started_at_ms: i64,
+        stopped: bool,
+    ) -> Result<(), QueueError>;
+
+    /// Every host that used this store, by id.
+    async fn hosts(&self) -> Result<Vec<HostRow>, QueueError>;
 
     /// Call `wake(Some(queue))` whenever a message of that queue becomes ready in any
     /// process (`wake(None)`: possibly any queue), until `shutdown`. Stores without

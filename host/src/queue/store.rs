@@ -16,10 +16,11 @@ use super::rows::leased_in_order;
 use super::state_reads::StateReads;
 use super::statements::{self, ABANDONED, APPLY_NEXT, EXPIRE};
 use super::{
-    BlockedSession, CommitResult, Committed, EffectsCommit, Enqueued, HistoryEntry, InboxProbe,
-    LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError, QueueStore,
-    Retention, Selector, SettleResult, Settlement, Status, StoredMessage, WakeFn, effects,
-    follow_ups, manage, now_ms, outbox, postgres, sessions, settle, sqlite, state,
+    BlockedSession, Claim, CommitResult, Committed, EffectsCommit, Enqueued, HistoryEntry, HostRow,
+    InboxProbe, LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError,
+    QueueStore, Retention, ScheduleRow, Selector, SettleResult, Settlement, Status, StoredMessage,
+    WakeFn, effects, follow_ups, manage, now_ms, outbox, postgres, schedules, sessions, settle,
+    sqlite, state,
 };
 use crate::sql::{Dialect, Pool};
 
@@ -110,7 +111,7 @@ impl SqlStore {
     /// After a commit that wrote follow-ups: wake the processors of their queues in every
     /// process (PostgreSQL's `NOTIFY`; in this process the caller wakes them), and this
     /// process's outbox relay.
-    async fn committed(&self, written: &follow_ups::Written) {
+    pub(super) async fn committed(&self, written: &follow_ups::Written) {
         if written.outbox {
             self.outbox_written.notify_one();
         }
@@ -405,6 +406,31 @@ impl QueueStore for SqlStore {
 
     async fn state_delete(&self, bucket: &str, key: &str) -> Result<bool, QueueError> {
         state::delete(&self.pool, bucket, key).await
+    }
+
+    async fn schedule_begin(&self, name: &str, now_ms: i64) -> Result<ScheduleRow, QueueError> {
+        schedules::begin(&self.pool, name, now_ms).await
+    }
+
+    async fn schedule_claim(&self, claim: &Claim<'_>) -> Result<bool, QueueError> {
+        schedules::claim(self, claim, now_ms()).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleRow>, QueueError> {
+        schedules::list(&self.readers).await
+    }
+
+    async fn host_beat(
+        &self,
+        id: &str,
+        started_at_ms: i64,
+        stopped: bool,
+    ) -> Result<(), QueueError> {
+        schedules::beat(&self.pool, id, started_at_ms, now_ms(), stopped).await
+    }
+
+    async fn hosts(&self) -> Result<Vec<HostRow>, QueueError> {
+        schedules::hosts(&self.readers).await
     }
 
     async fn expire_leases(

@@ -10,6 +10,7 @@ use wharf_host::queue::Status;
 use wharf_tests::{TestDir, msg, wait_for, wait_status};
 
 mod enqueue;
+mod schedules;
 mod sessions;
 mod state;
 mod token;

@@ -2,7 +2,7 @@
 //! of rates and depth, enqueueing a message, messages filtered by queue, status, MessageId and session with cursor
 //! pagination, blocked sessions, one message with its history, retry / move / delete (one
 //! message, or every message of a queue in a status), the deployed handlers and the deploy
-//! log. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
+//! log, schedules and hosts. Answers are JSON; errors are `{"error": "…"}` naming what was wrong.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +17,7 @@ mod commands;
 mod enqueue;
 pub(crate) mod error;
 mod history;
+mod schedules;
 mod sessions;
 mod state;
 
@@ -51,6 +52,8 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/messages/{key}/complete", post(sessions::complete))
         .route("/messages/{key}/fail", post(sessions::fail))
         .route("/sessions", get(sessions::blocked))
+        .route("/schedules", get(schedules::list))
+        .route("/hosts", get(schedules::hosts))
         .route("/state", get(state::buckets))
         .route("/state/{bucket}", get(state::list))
         .route(
