@@ -287,12 +287,10 @@ impl Schedules {
                 "queue `{}` cannot take a scheduled message in the store's transaction",
                 config.queue
             ),
-            Err(e) => Err(anyhow::anyhow!(e)).map_err(|e| {
-                e.context(format!(
-                    "schedule `{name}`: its message for queue `{}` was refused; fix [schedules.{name}]",
-                    config.queue
-                ))
-            }),
+            Err(e) => Err(anyhow::Error::new(e).context(format!(
+                "schedule `{name}`: its message for queue `{}` was refused; fix [schedules.{name}]",
+                config.queue
+            ))),
         }
     }
 }
