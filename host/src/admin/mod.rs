@@ -55,8 +55,8 @@ pub struct AppState {
     /// The configuration (queues, admin token).
     pub config: Arc<Config>,
     /// The enqueue path, set once the host has opened its brokers (the admin server answers
-    /// health checks before that).
-    pub router: Arc<std::sync::OnceLock<Arc<crate::enqueue::QueueRouter>>>,
+    /// health checks before that; an enqueue waits for it).
+    pub router: Arc<tokio::sync::SetOnce<Arc<crate::enqueue::QueueRouter>>>,
 }
 
 /// Bind `addr` and serve until `shutdown`. Returns the bound address (useful with port 0).

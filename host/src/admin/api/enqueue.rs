@@ -1,5 +1,6 @@
 //! `POST /api/v1/queues/{queue}/messages`: enqueue one message through the host's enqueue
-//! path, the same as `wharf enqueue` (limits, identity, the queue's broker). A `traceparent`
+//! path, the same as `wharf enqueue` (limits, identity, the queue's broker); one that arrives
+//! while the host starts waits (up to 30 s) for its brokers to open. A `traceparent`
 //! header is the producer's trace context: with traces on, the message's `send` span is its
 //! child.
 
@@ -14,6 +15,9 @@ use super::error::ApiError;
 use crate::admin::AppState;
 use crate::enqueue::{EnqueueError, Enqueuer as _};
 use crate::queue::{EnqueueStatus, NewMessage, limits, now_ms};
+
+/// How long an enqueue waits for a starting host to open its brokers.
+const STARTING_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The body of an enqueue.
 #[derive(Debug, Deserialize)]
@@ -62,10 +66,14 @@ pub(super) async fn enqueue(
             "queue `{queue}` does not keep sessions: add `sessions = true` to [queues.{queue}] (or leave out session)"
         )));
     }
-    let Some(router) = state.router.get() else {
+    // An enqueue that arrives while the host opens its brokers waits for them.
+    let Ok(router) = tokio::time::timeout(STARTING_WAIT, state.router.wait()).await else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "the host is still starting: try again in a moment".into(),
+            format!(
+                "the host is still starting (its brokers not open after {} s): try again in a moment",
+                STARTING_WAIT.as_secs()
+            ),
         ));
     };
     let mut message = NewMessage {
