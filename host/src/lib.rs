@@ -17,6 +17,7 @@ pub mod host;
 pub mod inbox;
 pub mod metrics;
 pub mod queue;
+pub mod rate_limit;
 #[cfg(feature = "redis")]
 pub mod redis_client;
 pub mod replay;

@@ -241,6 +241,23 @@ await step("the state view lists the buckets and a bucket's keys, read-only", as
   await shot("09-state");
 });
 
+await step("the schedules view shows each schedule's ticks and the hosts", async () => {
+  await page.click("a[data-nav=schedules]");
+  await page.waitForSelector("tr[data-schedule=pulse] [data-host]", timeout);
+  report.schedule = await page.$eval("tr[data-schedule=pulse]", (r) => ({
+    cron: r.querySelector("td:nth-child(2)").textContent,
+    queue: r.querySelector("td:nth-child(3) a").getAttribute("href"),
+    host: r.querySelector("[data-host]").textContent,
+    enqueued: Number(r.querySelector("[data-enqueued]").textContent),
+  }));
+  report.scheduleTimes = (await times("tr[data-schedule=pulse]")).length;
+  report.hosts = await page.$$eval("tr[data-host-id]", (rows) => rows.map((r) => ({
+    id: r.dataset.hostId, state: r.querySelector(".badge").textContent,
+  })));
+  report.schedulesNav = await activeNav();
+  await shot("10-schedules");
+});
+
 await step("forgetting the token asks for it again", async () => {
   await page.click("#sign-out");
   await page.waitForSelector("form#token", timeout);

@@ -239,6 +239,28 @@ impl TestDir {
             .await
             .expect("host starts on PostgreSQL")
     }
+
+    /// Write `wharf.toml` for host `id` on PostgreSQL in `schema` (polling every 50 ms, a 2 s
+    /// shutdown grace), followed by `rest` (queues, schedules): one of several hosts sharing
+    /// the store, in this process ([`TestDir::start_host`]) or as a `wharf run`.
+    pub fn write_host_config(&self, schema: &PgSchema, id: &str, rest: &str) -> PathBuf {
+        let text = format!(
+            "[host]\nid = \"{id}\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"2s\"\n\n\
+             [storage]\nurl = \"{url}\"\nschema = \"{schema}\"\npoll_interval = \"50ms\"\n\n{rest}",
+            url = database_url(),
+            schema = schema.name
+        );
+        let path = self.path("wharf.toml");
+        std::fs::write(&path, text).expect("writing config");
+        path
+    }
+
+    /// Start host `id` here on PostgreSQL in `schema` with `rest` ([`TestDir::write_host_config`]).
+    pub async fn start_host(&self, schema: &PgSchema, id: &str, rest: &str) -> RunningHost {
+        let path = self.write_host_config(schema, id, rest);
+        let config = Config::load(&path).unwrap_or_else(|e| panic!("test config is invalid: {e}"));
+        wharf_host::start(config).await.expect("host starts")
+    }
 }
 
 impl Default for TestDir {

@@ -40,7 +40,8 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
         .start(&format!(
             "[admin]\ntoken = \"{TOKEN}\"\n\n[queues.work]\nhandler = \"export\"\nmax_attempts = 1\n\n\
              [queues.orders]\nhandler = \"export\"\nsessions = true\n\n\
-             [queues.tally]\nhandler = \"tally\"\n\n\
+             [queues.tally]\nhandler = \"tally\"\n\n[queues.ticks]\n\n\
+             [schedules.pulse]\ncron = \"* * * * * *\"\nqueue = \"ticks\"\n\n\
              [handlers.tally]\nkeyvalue = [\"counters\"]\n\n[handlers.export]\nkeyvalue = [\"audit\"]\n"
         ))
         .await;
@@ -151,7 +152,34 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("the script's JSON report");
     assert_eq!(report["problems"], json!([]), "{report}");
-    assert_eq!(report["steps"].as_array().unwrap().len(), 13, "{report}");
+    assert_eq!(report["steps"].as_array().unwrap().len(), 14, "{report}");
+
+    // The schedules view: the schedule's row with the host that claimed its last tick (this
+    // one, alive), no more ticks than the store has now, and its next and last tick as times.
+    let hosts = host.store.hosts().await.unwrap();
+    assert_eq!(hosts.len(), 1);
+    let ticks = host.store.schedules().await.unwrap();
+    let schedule = &report["schedule"];
+    assert_eq!(schedule["cron"], json!("* * * * * * UTC"), "{report}");
+    assert_eq!(
+        schedule["queue"],
+        json!("#/messages?queue=ticks"),
+        "{report}"
+    );
+    assert_eq!(schedule["host"], json!(hosts[0].id), "{report}");
+    let shown = schedule["enqueued"].as_i64().unwrap();
+    assert!(shown >= 1 && shown <= ticks[0].enqueued, "{report}");
+    assert_eq!(
+        report["scheduleTimes"],
+        json!(2),
+        "next and last tick: {report}"
+    );
+    assert_eq!(
+        report["hosts"],
+        json!([{"id": hosts[0].id, "state": "alive"}]),
+        "{report}"
+    );
+    assert_eq!(report["schedulesNav"], json!(["schedules"]), "{report}");
 
     // The state view showed both buckets (the granted, empty one too) and the store's entries.
     assert_eq!(

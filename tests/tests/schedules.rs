@@ -6,28 +6,17 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wharf_host::config::Config;
 use wharf_host::queue::{MessageFilter, QueueStore, StoredMessage};
 use wharf_host::{RunningHost, clock::now_ms};
-use wharf_tests::{PgSchema, TestDir, database_url, wait_for};
+use wharf_tests::{PgSchema, TestDir, wait_for};
 
 const SCHEDULED_AT: &str = "wharf-scheduled-at";
 
 /// A host `id` on `schema` with a schedule every second into the queue `ticks` (no handler:
 /// its messages stay pending).
 async fn start_host(dir: &TestDir, schema: &PgSchema, id: &str, catch_up: &str) -> RunningHost {
-    let text = format!(
-        r#"[host]
-id = "{id}"
-admin_listen = "127.0.0.1:0"
-shutdown_grace = "2s"
-
-[storage]
-url = "{url}"
-schema = "{schema}"
-poll_interval = "50ms"
-
-[queues.ticks]
+    let rest = format!(
+        r#"[queues.ticks]
 
 [schedules.every-second]
 cron = "* * * * * *"
@@ -35,14 +24,9 @@ queue = "ticks"
 payload = {{ report = "daily" }}
 headers = {{ team = "ops" }}
 catch_up = "{catch_up}"
-"#,
-        url = database_url(),
-        schema = schema.name
+"#
     );
-    let path = dir.path("wharf.toml");
-    std::fs::write(&path, text).expect("writing config");
-    let config = Config::load(&path).unwrap_or_else(|e| panic!("test config is invalid: {e}"));
-    wharf_host::start(config).await.expect("host starts")
+    dir.start_host(schema, id, &rest).await
 }
 
 async fn all_ticks(store: &Arc<dyn QueueStore>) -> Vec<StoredMessage> {

@@ -1,11 +1,16 @@
 //! `[queues.NAME]`: one queue's keys and their defaults.
 
+use std::path::Path;
 use std::time::Duration;
 
 use bytesize::ByteSize;
 use serde::Deserialize;
 
-use super::{QueueInboxConfig, QueueStorage, duration};
+use super::{ConfigError, QueueInboxConfig, QueueStorage, duration};
+use crate::rate_limit::{Limit, Rate};
+
+/// A rate-limited queue's `burst` when it sets none: messages are evenly spaced.
+pub const DEFAULT_BURST: u32 = 1;
 
 /// The most a queue without a `concurrency` setting processes at once.
 pub const AUTO_CONCURRENCY: u32 = 64;
@@ -95,6 +100,14 @@ pub struct QueueConfig {
     /// order, and a failure blocks only its session (see docs/sessions.md). SQL queues only.
     #[serde(default)]
     pub sessions: bool,
+    /// The most messages leased per second, minute or hour (`"200/s"`, `"30/min"`,
+    /// `"1000/h"`), across every host sharing the SQL store (per host on an external queue).
+    #[serde(default)]
+    pub rate_limit: Option<String>,
+    /// With `rate_limit`: how many messages may start at once after a quiet spell (default
+    /// 1: evenly spaced).
+    #[serde(default)]
+    pub burst: Option<u32>,
 }
 
 /// `[queues.NAME.retention]`: how long processed messages and history are kept.
@@ -172,6 +185,90 @@ impl QueueConfig {
             provider: None,
             replace_by_id: None,
             sessions: false,
+            rate_limit: None,
+            burst: None,
         }
+    }
+
+    /// `rate_limit` parses and `burst` goes with it.
+    pub(super) fn check_rate_limit(&self, file: &Path, name: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("queues.{name}.{k}");
+        if let Some(text) = &self.rate_limit {
+            Rate::parse(text)
+                .map_err(|e| ConfigError::key(file, key("rate_limit"), e.to_string()))?;
+        }
+        match self.burst {
+            Some(_) if self.rate_limit.is_none() => Err(ConfigError::key(
+                file,
+                key("burst"),
+                format!(
+                    "goes with a rate limit: add rate_limit = \"200/s\" to [queues.{name}], or remove burst"
+                ),
+            )),
+            Some(0) => Err(ConfigError::key(
+                file,
+                key("burst"),
+                "must be at least 1 (1 spaces messages evenly)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The queue's rate limit as budget arithmetic, if it has one (checked when the
+    /// configuration was loaded).
+    pub fn limit(&self) -> Option<Limit> {
+        let rate = Rate::parse(self.rate_limit.as_deref()?).expect("checked when loaded");
+        Some(rate.limit(self.burst.unwrap_or(DEFAULT_BURST)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn parse(keys: &str) -> Result<Config, ConfigError> {
+        let text = format!("[queues.calls]\nhandler = \"calls\"\n{keys}");
+        Config::parse(Path::new("/etc/wharf/wharf.toml"), &text, &|_| None)
+    }
+
+    #[test]
+    fn a_rate_limit_gives_its_budget_with_the_default_burst() {
+        let config = parse("rate_limit = \"200/s\"").unwrap();
+        let limit = config.queues["calls"].limit().unwrap();
+        assert_eq!(limit, Rate::parse("200/s").unwrap().limit(DEFAULT_BURST));
+        assert_eq!(limit.tolerance_us, 0, "the default burst spaces evenly");
+        let config = parse("rate_limit = \"30/min\"\nburst = 5").unwrap();
+        assert_eq!(
+            config.queues["calls"].limit().unwrap().tolerance_us,
+            8_000_000
+        );
+        assert!(parse("").unwrap().queues["calls"].limit().is_none());
+    }
+
+    #[test]
+    fn bad_rate_limits_name_the_key() {
+        let error = |keys: &str| parse(keys).unwrap_err().to_string();
+        let e = error("rate_limit = \"0/s\"");
+        assert!(
+            e.contains("`queues.calls.rate_limit`") && e.contains("a limit of 0"),
+            "{e}"
+        );
+        let e = error("rate_limit = \"200 per second\"");
+        assert!(
+            e.contains("`queues.calls.rate_limit`") && e.contains("COUNT/UNIT"),
+            "{e}"
+        );
+        let e = error("rate_limit = \"200/day\"");
+        assert!(e.contains("not a unit"), "{e}");
+        let e = error("burst = 10");
+        assert!(
+            e.contains("`queues.calls.burst`") && e.contains("add rate_limit"),
+            "{e}"
+        );
+        let e = error("rate_limit = \"5/s\"\nburst = 0");
+        assert!(e.contains("`queues.calls.burst`"), "{e}");
     }
 }

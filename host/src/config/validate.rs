@@ -216,6 +216,7 @@ impl Config {
                     "must not be shorter than backoff",
                 ));
             }
+            queue.check_rate_limit(file, name)?;
         }
         Ok(())
     }

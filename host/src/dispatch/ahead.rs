@@ -43,13 +43,32 @@ type Read<H> = (Result<Vec<Ready<H>>, String>, u32);
 /// Receive up to `max` messages from the pipeline's source and check them against its inbox.
 pub(crate) async fn receive<S: Source>(shared: &Shared<S>, max: u32) -> Read<S::Handle> {
     let p = &shared.pipeline;
+    // A rate-limited queue leases no more than its budget allows (waiting for some; none
+    // only at shutdown).
+    let max = match &p.rate_limit {
+        Some(limit) => match limit.take(max).await {
+            0 => return (Ok(Vec::new()), max),
+            granted => granted,
+        },
+        None => max,
+    };
     // Before the round trip: the leases begin during it, and the time a message may wait
     // for a slot or an instance is counted from here.
     let received = Instant::now();
     let works = match shared.source.receive(max, p.inbox.as_ref()).await {
         Ok(works) => works,
-        Err(e) => return (Err(e), max),
+        Err(e) => {
+            if let Some(limit) = &p.rate_limit {
+                limit.give_back(max).await;
+            }
+            return (Err(e), max);
+        }
     };
+    if let Some(limit) = &p.rate_limit {
+        limit
+            .give_back(max.saturating_sub(works.len() as u32))
+            .await;
+    }
     let checks = deliver::precheck(shared, &works).await;
     let ready = works
         .into_iter()

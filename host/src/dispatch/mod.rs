@@ -1,8 +1,9 @@
 //! The one processing pipeline, the same for every source of messages (the SQL queue and
 //! every external provider's consumer), in this order: receive up to the free concurrency
-//! → inbox check for the whole batch → invoke the handler on a fresh instance → decide the
-//! outcome → record the inbox entry (only after the guest succeeded) → settle. A queue whose
-//! handler is not deployed receives nothing. A busy queue whose source allows it receives
+//! (and a rate-limited queue's budget, [`rate_limit`]) → inbox check for the whole batch →
+//! invoke the handler on a fresh instance → decide the outcome → record the inbox entry
+//! (only after the guest succeeded) → settle. A queue whose handler is not deployed receives
+//! nothing. A busy queue whose source allows it receives
 //! its next batch while the current one runs ([`ahead`]). On shutdown it stops receiving,
 //! lets in-flight messages finish within the grace period, and hands the rest back to their
 //! source.
@@ -18,6 +19,7 @@ pub mod commit_group;
 mod deliver;
 mod effects;
 mod outcome;
+mod rate_limit;
 mod receiving;
 mod recorder;
 mod settle;
@@ -36,6 +38,7 @@ pub use broker::{ExternalParts, ExternalSource};
 pub use deliver::{InboxBinding, MOVED_FROM_HEADER};
 pub use effects::{MAX_FOLLOW_UP_BYTES, MAX_FOLLOW_UPS};
 pub use outcome::{decide, transient};
+pub use rate_limit::{Budget, RateLimit};
 pub use recorder::Recorder;
 pub use settle::Settler;
 pub use sql::{DEFERRED_PUBLISH_HEADER, SqlSource};
@@ -213,6 +216,8 @@ pub struct Pipeline {
     /// The queue's handler-call slots (`concurrency` of them), shared by every source of
     /// the queue ([`Pipeline::slots_for`]).
     pub slots: Arc<Semaphore>,
+    /// The queue's rate limit, if it has one (shared by every source of the queue).
+    pub rate_limit: Option<Arc<RateLimit>>,
 }
 
 impl Pipeline {

@@ -1,6 +1,7 @@
 //! One queue's wiring ([`QueueWiring::start`]): its consumer-inbox binding (with one cleanup
-//! task per inbox endpoint), one set of handler-call slots shared by all its sources, and a
-//! pipeline per source — the SQL queue always, the broker too for an external queue.
+//! task per inbox endpoint), one set of handler-call slots and one rate limit shared by all
+//! its sources, and a pipeline per source — the SQL queue always, the broker too for an
+//! external queue.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -10,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, InboxStoreKind, QueueConfig};
 use crate::dispatch::{
-    ExternalParts, ExternalSource, InboxBinding, Pipeline, Recorder, Settler, SqlSource,
+    Budget, ExternalParts, ExternalSource, InboxBinding, Pipeline, RateLimit, Recorder, Settler,
+    SqlSource,
 };
 use crate::enqueue::{ExternalRoute, QueueRouter};
 use crate::external::{
@@ -18,6 +20,7 @@ use crate::external::{
 };
 use crate::inbox::{self, InboxStore, InboxStores};
 use crate::queue::QueueStore;
+use crate::rate_limit::LocalBudget;
 use crate::runtime::HandlerRegistry;
 
 /// What every queue's pipelines are built from.
@@ -56,6 +59,8 @@ impl QueueWiring<'_> {
         // One set of handler-call slots for the queue, whatever source a message came from.
         let slots = Pipeline::slots_for(queue);
         let committer = Pipeline::committer_for(self.store.clone());
+        let external = ExternalRoute::of(queue, self.providers);
+        let rate_limit = self.rate_limit(name, queue, external.is_some());
         let pipeline = |inbox: Option<InboxBinding>| Pipeline {
             name: Arc::from(name),
             config: queue.clone(),
@@ -66,9 +71,9 @@ impl QueueWiring<'_> {
             committer: committer.clone(),
             inbox,
             slots: slots.clone(),
+            rate_limit: rate_limit.clone(),
         };
         let grace = self.config.host.shutdown_grace;
-        let external = ExternalRoute::of(queue, self.providers);
         let mut tasks = Vec::new();
         if let Some(route) = &external {
             let source = self.broker_source(name, queue, route).await?;
@@ -121,6 +126,30 @@ impl QueueWiring<'_> {
             endpoint,
             retention: settings.retention,
         })
+    }
+
+    /// The queue's rate limit, if it has one: a SQL queue's budget in the store (one for
+    /// every host), an external queue's in this host (one for both its sources).
+    fn rate_limit(
+        &self,
+        name: &str,
+        queue: &QueueConfig,
+        external: bool,
+    ) -> Option<Arc<RateLimit>> {
+        let limit = queue.limit()?;
+        let budget = if external {
+            Budget::Local(LocalBudget::new(limit, crate::clock::now_us()))
+        } else {
+            Budget::Shared {
+                store: self.store.clone(),
+                limit,
+            }
+        };
+        Some(RateLimit::new(
+            Arc::from(name),
+            budget,
+            self.shutdown.clone(),
+        ))
     }
 
     /// The signal that wakes the queue's SQL processors in this process.

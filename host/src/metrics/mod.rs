@@ -219,6 +219,11 @@ pub fn schedule_ticks(schedule: &str, enqueued: usize, missed: usize) {
     }
 }
 
+/// A pipeline of rate-limited `queue` found no budget and waits for it.
+pub fn rate_limited(queue: &str) {
+    metrics::counter!("wharf_rate_limit_waits_total", "queue" => queue.to_string()).increment(1);
+}
+
 /// Finished spans the collector accepted.
 pub fn spans_exported(count: usize) {
     metrics::counter!("wharf_trace_spans_exported_total").increment(count as u64);

@@ -20,6 +20,7 @@ mod payload;
 mod plan;
 mod postgres;
 mod prepared;
+mod rate_limits;
 mod rows;
 mod schedules;
 pub mod sessions;
@@ -375,6 +376,23 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// Every host that used this store, by id.
     async fn hosts(&self) -> Result<Vec<HostRow>, QueueError>;
+
+    /// Take budget for up to `wanted` messages of rate-limited `queue`, shared by every host
+    /// using this store.
+    async fn rate_take(
+        &self,
+        queue: &str,
+        limit: crate::rate_limit::Limit,
+        wanted: u32,
+    ) -> Result<crate::rate_limit::Taken, QueueError>;
+
+    /// Return budget of `queue` taken for `unused` messages that were not there to lease.
+    async fn rate_give_back(
+        &self,
+        queue: &str,
+        limit: crate::rate_limit::Limit,
+        unused: u32,
+    ) -> Result<(), QueueError>;
 
     /// Call `wake(Some(queue))` whenever a message of that queue becomes ready in any
     /// process (`wake(None)`: possibly any queue), until `shutdown`. Stores without

@@ -19,9 +19,10 @@ use super::{
     BlockedSession, Claim, CommitResult, Committed, EffectsCommit, Enqueued, HistoryEntry, HostRow,
     InboxProbe, LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError,
     QueueStore, Retention, ScheduleRow, Selector, SettleResult, Settlement, Status, StoredMessage,
-    WakeFn, effects, follow_ups, manage, now_ms, outbox, postgres, schedules, sessions, settle,
-    sqlite, state,
+    WakeFn, effects, follow_ups, manage, now_ms, outbox, postgres, rate_limits, schedules,
+    sessions, settle, sqlite, state,
 };
+use crate::rate_limit::{Limit, Taken};
 use crate::sql::{Dialect, Pool};
 
 /// The SQL queue store.
@@ -431,6 +432,19 @@ impl QueueStore for SqlStore {
 
     async fn hosts(&self) -> Result<Vec<HostRow>, QueueError> {
         schedules::hosts(&self.readers).await
+    }
+
+    async fn rate_take(&self, queue: &str, limit: Limit, wanted: u32) -> Result<Taken, QueueError> {
+        rate_limits::take(self, queue, limit, wanted).await
+    }
+
+    async fn rate_give_back(
+        &self,
+        queue: &str,
+        limit: Limit,
+        unused: u32,
+    ) -> Result<(), QueueError> {
+        rate_limits::give_back(self, queue, limit, unused).await
     }
 
     async fn expire_leases(

@@ -107,7 +107,7 @@ function errorCell(status, attempts, error) {
 
 /** The current view's tab; links to a message carry it, so the message keeps it highlighted. */
 let currentNav = "overview";
-const NAVS = ["overview", "failed", "messages", "handlers", "state"];
+const NAVS = ["overview", "failed", "messages", "handlers", "schedules", "state"];
 
 function messageHref(key) {
   return `#/message/${key}?from=${currentNav}`;
@@ -572,6 +572,36 @@ async function handlers() {
     table(["When", "Handler", "Result", "SHA-256", "Reason"], log, "Nothing deployed since the host started.")];
 }
 
+// ---- Schedules and hosts -------------------------------------------------------------------
+
+async function schedules() {
+  const [all, hosts] = await Promise.all([api("/schedules"), api("/hosts")]);
+  const rows = all.map((s) => h("tr", { "data-schedule": s.name },
+    h("td", {}, s.name),
+    h("td", { class: "mono" }, s.cron, h("span", { class: "muted" }, ` ${s.timezone}`)),
+    h("td", {}, h("a", { href: `#/messages?queue=${encodeURIComponent(s.queue)}` }, s.queue)),
+    h("td", { "data-next": "" }, s.next_tick_ms === null ? "never again" : time(s.next_tick_ms)),
+    h("td", { "data-last": "" }, time(s.last_tick_ms)),
+    h("td", { class: "mono", "data-host": "" }, s.last_host || "–"),
+    h("td", { class: "num", "data-enqueued": "" }, s.enqueued),
+    h("td", { class: "num" }, s.missed),
+    h("td", {}, s.catch_up)));
+  const hostRows = hosts.map((x) => h("tr", { "data-host-id": x.id },
+    h("td", { class: "mono" }, x.id),
+    h("td", {}, h("span", { class: `badge ${x.alive ? "ok" : ""}` },
+      x.alive ? "alive" : x.stopped_at_ms !== null ? "stopped" : "gone")),
+    h("td", { class: "muted" }, time(x.started_at_ms)),
+    h("td", { class: "muted" }, time(x.seen_at_ms))));
+  return [
+    h("h1", {}, "Schedules"),
+    h("p", { class: "muted" }, "Each tick is enqueued once, by one of the hosts sharing the store. Times are UTC."),
+    table(["Name", "Cron", "Queue", "Next tick", "Last tick", "Enqueued by", { label: "Enqueued", num: true },
+      { label: "Missed", num: true }, "Catch-up"], rows,
+      "No schedule: add [schedules.NAME] with cron and queue to wharf.toml."),
+    h("h2", {}, "Hosts"),
+    table(["Host", "State", "Started", "Last seen"], hostRows, "No host has used this store yet.")];
+}
+
 // ---- Handlers' key-value state (read-only) -----------------------------------------------
 
 const STATE_PAGE = 100;
@@ -640,6 +670,7 @@ async function route() {
   const nav = path === "/messages" ? (params.get("status") === "failed" ? "failed" : "messages")
     : path.startsWith("/message/") ? (NAVS.includes(params.get("from")) ? params.get("from") : "messages")
     : path === "/handlers" ? "handlers"
+    : path === "/schedules" ? "schedules"
     : path === "/state" || path.startsWith("/state/") ? "state" : "overview";
   currentNav = nav;
   for (const link of document.querySelectorAll("[data-nav]")) {
@@ -651,6 +682,7 @@ async function route() {
     if (path === "/messages") nodes = await messages(params);
     else if (path.startsWith("/message/")) nodes = await message(decodeURIComponent(path.slice("/message/".length)));
     else if (path === "/handlers") nodes = await handlers();
+    else if (path === "/schedules") nodes = await schedules();
     else if (path === "/state") nodes = await buckets();
     else if (path.startsWith("/state/")) nodes = await bucket(decodeURIComponent(path.slice("/state/".length)), params);
     else nodes = await overview();
