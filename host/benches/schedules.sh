@@ -3,37 +3,41 @@
 # configured (EXTRAS=off) or with schedules and a rate limit on *other* queues (EXTRAS=on):
 # ten schedules ticking every second into a queue without a handler, and a queue `limited`
 # (rate_limit = "100/s", burst 10) with a backlog of its own draining meanwhile, so its
-# budget row is taken from all through the drain. Prints the drain rate of `bench`.
+# budget row is taken from all through the drain (EXTRAS=schedules or EXTRAS=limit: one of
+# the two). Prints the drain rate of `bench`.
 # Alternate the forms to compare:
 #   WHARF=path/to/wharf NOOP=sample-handlers/target/wasm32-wasip2/release/noop.wasm \
 #     EXTRAS=on host/benches/schedules.sh   (N=100000 messages by default)
+# LIMITED=0 leaves `limited` without a backlog (configured, idle).
 set -uo pipefail
-WHARF=${WHARF:?}; NOOP=${NOOP:?}; N=${N:-100000}; EXTRAS=${EXTRAS:-off}
+WHARF=${WHARF:?}; NOOP=${NOOP:?}; N=${N:-100000}; EXTRAS=${EXTRAS:-off}; LIMITED=${LIMITED:-2000}
 PG=postgres://postgres@127.0.0.1:5432/test
 ADMIN=127.0.0.1:19805
 now() { date +%s.%N; }
 d=$(mktemp -d); mkdir -p "$d/handlers"; cp "$NOOP" "$d/handlers/noop.wasm"
 schema=wharf_sc_t$$_$RANDOM
-extras=""
-case "$EXTRAS" in
-  off) ;;
-  on)
-    extras='[queues.ticks]
-
-[queues.limited]
+limit='[queues.limited]
 handler = "noop"
 rate_limit = "100/s"
 burst = 10
 '
-    for i in $(seq 1 10); do
-      extras="$extras
+schedules='[queues.ticks]
+'
+for i in $(seq 1 10); do
+  schedules="$schedules
 [schedules.pulse-$i]
 cron = \"* * * * * *\"
 queue = \"ticks\"
 payload = { n = $i }
 "
-    done ;;
-  *) echo "EXTRAS must be off or on"; exit 2 ;;
+done
+case "$EXTRAS" in
+  off) extras="" ;;
+  on) extras="$limit
+$schedules" ;;
+  limit) extras="$limit" ;;
+  schedules) extras="$schedules" ;;
+  *) echo "EXTRAS must be off, on, limit or schedules"; exit 2 ;;
 esac
 cat > "$d/wharf.toml" <<TOML
 [host]
@@ -53,9 +57,9 @@ cleanup() {
 trap cleanup EXIT
 seq 1 "$N" | awk '{printf "{\"n\":%d,\"pad\":\"abcdefghij\"}\n",$1}' > "$d/m.jsonl"
 (cd "$d" && "$WHARF" enqueue bench --file m.jsonl >/dev/null 2>"$d/enq.err") || { echo "enqueue failed: $(tail -2 "$d/enq.err")"; exit 1; }
-if [ "$EXTRAS" = on ]; then
-  # More than the drain lasts at 100 a second.
-  seq 1 100000 | awk '{printf "{\"n\":%d}\n",$1}' > "$d/l.jsonl"
+if { [ "$EXTRAS" = on ] || [ "$EXTRAS" = limit ]; } && [ "$LIMITED" -gt 0 ]; then
+  # More than the drain lasts at 100 a second (it takes a few seconds).
+  seq 1 "$LIMITED" | awk '{printf "{\"n\":%d}\n",$1}' > "$d/l.jsonl"
   (cd "$d" && "$WHARF" enqueue limited --file l.jsonl >/dev/null 2>"$d/enq.err") || { echo "enqueue failed: $(tail -2 "$d/enq.err")"; exit 1; }
 fi
 remaining() {
@@ -73,7 +77,7 @@ while :; do
   sleep 0.1
 done
 extra=""
-if [ "$EXTRAS" = on ]; then
+if [ "$EXTRAS" != off ]; then
   extra=$(psql -qtA "$PG" -c "select ' ticks=' || count(*) filter (where queue = 'ticks') || ' limited_processed=' || count(*) filter (where queue = 'limited' and status = 'processed') from $schema.messages")
 fi
 kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
