@@ -3,6 +3,7 @@
 
 mod awaiting_release;
 mod batches;
+mod counters;
 mod identity;
 mod leases;
 mod management;
@@ -132,6 +133,8 @@ macro_rules! conformance {
                 sessions::concurrent_processors_keep_every_session_in_order,
                 state_reads::concurrent_reads_each_get_their_key,
                 state_reads::cancelled_reads_never_stall_the_others,
+                counters::increments_sum_per_key_and_follow_their_completion,
+                counters::an_increment_that_cannot_apply_is_a_conflict_of_its_settlement_alone,
             );
         )*
     };
