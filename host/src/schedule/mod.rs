@@ -128,10 +128,13 @@ impl Schedules {
     async fn run(&self, name: &str, config: &ScheduleConfig, shutdown: CancellationToken) {
         let ticks = config.ticks();
         let mut caught_up = self.others_alive;
+        // The schedule's last tick as this host last read or claimed it: while no other host
+        // claims, a tick costs one transaction (its claim) and no read.
+        let mut last_tick = None;
         loop {
             let step = async {
                 if caught_up {
-                    self.next(name, config, &ticks).await
+                    self.next(name, config, &ticks, &mut last_tick).await
                 } else {
                     self.catch_up(name, config, &ticks).await.map(|()| None)
                 }
@@ -191,15 +194,27 @@ impl Schedules {
         Ok(())
     }
 
-    /// Claim the ticks due now, if any; `Some(wait)` until the next one.
+    /// Claim the ticks due now, if any; `Some(wait)` until the next one. `last_tick` is the
+    /// schedule's last tick as this host knows it (`None`: read the row): a claim that finds
+    /// the row moved on (another host claimed first) forgets it, so the next step reads it.
     async fn next(
         &self,
         name: &str,
         config: &ScheduleConfig,
         ticks: &Ticks,
+        last_tick: &mut Option<i64>,
     ) -> anyhow::Result<Option<Duration>> {
-        let row = self.store.schedule_begin(name, now_ms()).await?;
-        let Some(next) = ticks.next_after(row.last_tick_ms) else {
+        let known = match *last_tick {
+            Some(known) => known,
+            None => {
+                self.store
+                    .schedule_begin(name, now_ms())
+                    .await?
+                    .last_tick_ms
+            }
+        };
+        *last_tick = Some(known);
+        let Some(next) = ticks.next_after(known) else {
             // Never again (e.g. February 30th): wait for the shutdown.
             return Ok(Some(Duration::from_secs(3600)));
         };
@@ -207,10 +222,15 @@ impl Schedules {
         if next > now {
             return Ok(Some(Duration::from_millis((next - now) as u64)));
         }
-        let (due, all) = ticks.between(row.last_tick_ms, now, MAX_DUE);
+        let (due, all) = ticks.between(known, now, MAX_DUE);
         let last = *due.last().expect("a tick is due");
-        self.claim(name, config, row.last_tick_ms, last, &due, all, false)
-            .await?;
+        *last_tick = None;
+        if self
+            .claim(name, config, known, last, &due, all, false)
+            .await?
+        {
+            *last_tick = Some(last);
+        }
         Ok(Some(Duration::ZERO))
     }
 
