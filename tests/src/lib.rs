@@ -426,6 +426,15 @@ pub fn spawn_wharf(dir: &Path) -> WharfProcess {
 
 /// [`spawn_wharf`] with global options before `run` (e.g. `--log-format json`).
 pub fn spawn_wharf_with(dir: &Path, options: &[&str]) -> WharfProcess {
+    spawn_wharf_in(dir, options, &[])
+}
+
+/// [`spawn_wharf`] with environment variables set for the process.
+pub fn spawn_wharf_with_env(dir: &Path, vars: &[(&str, &str)]) -> WharfProcess {
+    spawn_wharf_in(dir, &[], vars)
+}
+
+fn spawn_wharf_in(dir: &Path, options: &[&str], vars: &[(&str, &str)]) -> WharfProcess {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -435,6 +444,7 @@ pub fn spawn_wharf_with(dir: &Path, options: &[&str]) -> WharfProcess {
         .current_dir(dir)
         .args(["--config", "wharf.toml"])
         .args(options)
+        .envs(vars.iter().copied())
         .arg("run")
         .stdout(std::process::Stdio::null())
         .stderr(log)

@@ -468,7 +468,11 @@ max_queued_spans = 16
 handler = "noop"
 "#
     ));
-    let _host = spawn_wharf(dir.dir.path());
+    // One export gives up after the OTLP variable's timeout (1 s, not the default 10 s).
+    let _host = wharf_tests::spawn_wharf_with_env(
+        dir.dir.path(),
+        &[("OTEL_EXPORTER_OTLP_TIMEOUT", "1000")],
+    );
     const N: u64 = 1000;
     let lines: String = (0..N).map(|i| format!("{{\"n\":{i}}}\n")).collect();
     std::fs::write(dir.path("m.jsonl"), lines).unwrap();
@@ -521,6 +525,19 @@ handler = "noop"
         dropped >= (4 * N - 16 - 2048) as f64,
         "{dropped} spans dropped of {}",
         4 * N
+    );
+    let gave_up = poll_until(T, || {
+        let log = std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default();
+        async move {
+            log.contains("exporting spans failed: no answer within 1s")
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        gave_up.is_some(),
+        "the export gave up after OTEL_EXPORTER_OTLP_TIMEOUT: {}",
+        std::fs::read_to_string(dir.path("wharf.log")).unwrap_or_default()
     );
 }
 

@@ -2,10 +2,15 @@
 //! A key the file leaves unset is taken from the standard `OTEL_*` variables, then from the
 //! default; the file wins where it says something.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 /// Where spans go when neither the file nor the environment says.
 pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
+
+/// How long one export may take when the environment does not say (the OTLP default).
+pub const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `[telemetry]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -48,6 +53,9 @@ pub struct Telemetry {
     pub sampling: Sampling,
     /// Finished spans waiting for export at most.
     pub max_queued_spans: usize,
+    /// How long one export may take (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`, then
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`, in milliseconds; default 10 s).
+    pub export_timeout: Duration,
 }
 
 impl TelemetryConfig {
@@ -110,6 +118,7 @@ impl TelemetryConfig {
                 "0 would drop every span; set at least 1 (default 8192)".into(),
             ));
         }
+        let export_timeout = export_timeout(env)?;
         Ok(Some(Telemetry {
             traces_url,
             service_name: self
@@ -119,8 +128,30 @@ impl TelemetryConfig {
                 .unwrap_or_else(|| "wharf".into()),
             sampling,
             max_queued_spans,
+            export_timeout,
         }))
     }
+}
+
+/// The export timeout the OTLP variables set (milliseconds), or the default.
+fn export_timeout(
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Duration, (&'static str, String)> {
+    for name in [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ] {
+        if let Some(text) = env(name) {
+            return match text.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+                _ => Err((
+                    name,
+                    format!("{text:?} is not a number of milliseconds above 0 (e.g. 10000)"),
+                )),
+            };
+        }
+    }
+    Ok(DEFAULT_EXPORT_TIMEOUT)
 }
 
 /// `BASE/v1/traces`.
@@ -241,6 +272,34 @@ mod tests {
         assert_eq!(resolved.traces_url, "http://127.0.0.1:9999/v1/traces");
         assert_eq!(resolved.service_name, "billing");
         assert_eq!(resolved.sampling.ratio, 0.0);
+    }
+
+    #[test]
+    fn the_export_timeout_comes_from_the_otlp_variables() {
+        let on = TelemetryConfig {
+            traces: Some(true),
+            ..Default::default()
+        };
+        let timeout =
+            |vars: &[(&str, &str)]| on.resolve(env(vars)).map(|t| t.unwrap().export_timeout);
+        assert_eq!(timeout(&[]).unwrap(), DEFAULT_EXPORT_TIMEOUT);
+        assert_eq!(
+            timeout(&[("OTEL_EXPORTER_OTLP_TIMEOUT", "30000")]).unwrap(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            timeout(&[
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "30000"),
+                ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "2500"),
+            ])
+            .unwrap(),
+            Duration::from_millis(2500)
+        );
+        for bad in ["ten", "0", "-5"] {
+            let e = timeout(&[("OTEL_EXPORTER_OTLP_TIMEOUT", bad)]).unwrap_err();
+            assert_eq!(e.0, "OTEL_EXPORTER_OTLP_TIMEOUT", "{e:?}");
+            assert!(e.1.contains("milliseconds"), "{e:?}");
+        }
     }
 
     #[test]

@@ -19,9 +19,6 @@ const BATCH: usize = 2048;
 /// How long a batch that is not full waits for more spans.
 const LINGER: Duration = Duration::from_millis(200);
 
-/// How long one export may take.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The processor the tracer provider calls when a span ends: it queues sampled spans.
 #[derive(Debug)]
 pub(super) struct QueueingProcessor {
@@ -78,19 +75,28 @@ impl Exporting {
 pub(super) fn start<E: SpanExporter + 'static>(
     exporter: E,
     capacity: usize,
-    url: String,
+    to: Target,
 ) -> (QueueingProcessor, Exporting) {
     let (queue, spans) = mpsc::channel(capacity);
     let stop = CancellationToken::new();
-    let task = tokio::spawn(run(exporter, spans, stop.clone(), url));
+    let task = tokio::spawn(run(exporter, spans, stop.clone(), to));
     (QueueingProcessor { queue }, Exporting { stop, task })
+}
+
+/// Where spans go, and how long one export may take.
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    /// The URL spans are posted to.
+    pub url: String,
+    /// How long one export may take.
+    pub timeout: Duration,
 }
 
 async fn run<E: SpanExporter>(
     exporter: E,
     mut spans: mpsc::Receiver<SpanData>,
     stop: CancellationToken,
-    url: String,
+    to: Target,
 ) {
     let mut failing = false;
     loop {
@@ -107,7 +113,7 @@ async fn run<E: SpanExporter>(
                 _ => break,
             }
         }
-        export(&exporter, batch, &mut failing, &url).await;
+        export(&exporter, batch, &mut failing, &to).await;
     }
     // Stopping: what is queued goes out, in batches.
     spans.close();
@@ -117,7 +123,7 @@ async fn run<E: SpanExporter>(
     }
     while !rest.is_empty() {
         let tail = rest.split_off(rest.len().saturating_sub(BATCH));
-        export(&exporter, tail, &mut failing, &url).await;
+        export(&exporter, tail, &mut failing, &to).await;
     }
 }
 
@@ -125,10 +131,10 @@ async fn export<E: SpanExporter>(
     exporter: &E,
     batch: Vec<SpanData>,
     failing: &mut bool,
-    url: &str,
+    to: &Target,
 ) {
-    let n = batch.len();
-    let result = tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(batch)).await;
+    let (n, url) = (batch.len(), to.url.as_str());
+    let result = tokio::time::timeout(to.timeout, exporter.export(batch)).await;
     match result {
         Ok(Ok(())) => {
             crate::metrics::spans_exported(n);
@@ -137,7 +143,10 @@ async fn export<E: SpanExporter>(
             }
         }
         Ok(Err(e)) => failed(n, failing, url, &e.to_string()),
-        Err(_) => failed(n, failing, url, "no answer within 10 s"),
+        Err(_) => {
+            let reason = format!("no answer within {:?}", to.timeout);
+            failed(n, failing, url, &reason)
+        }
     }
 }
 
@@ -157,10 +166,11 @@ fn failed(n: usize, failing: &mut bool, url: &str, reason: &str) {
 pub(super) struct Client(reqwest::Client);
 
 impl Client {
-    pub(super) fn new() -> Self {
+    /// A client whose requests give up after `timeout`.
+    pub(super) fn new(timeout: Duration) -> Self {
         Client(
             reqwest::Client::builder()
-                .timeout(EXPORT_TIMEOUT)
+                .timeout(timeout)
                 .build()
                 .expect("an HTTP client with default TLS settings builds"),
         )

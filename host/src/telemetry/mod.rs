@@ -79,15 +79,19 @@ pub struct Tracing {
 pub fn start(config: &Telemetry) -> Result<Tracing, TelemetryError> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
-        .with_http_client(export::Client::new())
+        .with_http_client(export::Client::new(config.export_timeout))
         .with_endpoint(config.traces_url.clone())
+        .with_timeout(config.export_timeout)
         .build()
         .map_err(|e| TelemetryError::Exporter {
             url: config.traces_url.clone(),
             reason: e.to_string(),
         })?;
-    let (processor, exporting) =
-        export::start(exporter, config.max_queued_spans, config.traces_url.clone());
+    let target = export::Target {
+        url: config.traces_url.clone(),
+        timeout: config.export_timeout,
+    };
+    let (processor, exporting) = export::start(exporter, config.max_queued_spans, target);
     let ratio = Sampler::TraceIdRatioBased(config.sampling.ratio);
     let sampler = if config.sampling.parent_based {
         Sampler::ParentBased(Box::new(ratio))
