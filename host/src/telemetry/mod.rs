@@ -79,7 +79,11 @@ pub struct Tracing {
 pub fn start(config: &Telemetry) -> Result<Tracing, TelemetryError> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
-        .with_http_client(export::Client::new(config.export_timeout))
+        // The client's own timeout only backs up the export's, a second later: the export
+        // gives up first and says so.
+        .with_http_client(export::Client::new(
+            config.export_timeout + Duration::from_secs(1),
+        ))
         .with_endpoint(config.traces_url.clone())
         .with_timeout(config.export_timeout)
         .build()
