@@ -458,3 +458,68 @@ async fn an_existing_topic_with_other_partitions_is_named_at_start() {
     );
     assert_eq!(text.matches(&expected).count(), 1, "{text}");
 }
+
+/// The autoscaling signal of a Kafka queue: its processing group's lag, in the metrics and
+/// `GET /api/v1/queues`. Messages published while the handler is not deployed wait in the
+/// topic (the lag counts them); once it is, they are processed and the lag returns to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_processing_groups_lag_is_sampled() {
+    let s = settings(2);
+    let dir = TestDir::new();
+    let path = dir.write_config(&config(&s, ""));
+    let host = wharf_host::start(wharf_host::Config::load(&path).unwrap())
+        .await
+        .unwrap();
+    for n in 0..20 {
+        host.router
+            .enqueue(
+                "export_order",
+                wharf_host::queue::NewMessage {
+                    id: Some(format!("order-{n}")),
+                    payload: json!({"reply_to": "replies", "n": n}).to_string(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let lag_of = || async {
+        let url = format!("http://{}/api/v1/queues", host.admin_addr);
+        let queues: serde_json::Value = tokio::task::spawn_blocking(move || {
+            serde_json::from_str(
+                &ureq::get(&url)
+                    .call()
+                    .unwrap()
+                    .into_body()
+                    .read_to_string()
+                    .unwrap(),
+            )
+            .unwrap()
+        })
+        .await
+        .unwrap();
+        queues
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["name"] == "export_order")
+            .unwrap()["lag"]
+            .as_u64()
+    };
+    wait_for(T, "a lag of 20 while the handler is missing", || async {
+        (lag_of().await == Some(20)).then_some(())
+    })
+    .await;
+    let series = "wharf_external_lag_messages{queue=\"export_order\",provider=\"kafka\"}";
+    assert_eq!(wharf_tests::scrape(&host).await.get(series), Some(&20.0));
+    dir.deploy("flaky", "flaky");
+    wait_for(T, "twenty replies", || async {
+        (done(&host).await.len() == 20).then_some(())
+    })
+    .await;
+    wait_for(T, "the lag back to 0", || async {
+        (lag_of().await == Some(0)).then_some(())
+    })
+    .await;
+    host.shutdown().await;
+}

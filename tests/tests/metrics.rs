@@ -186,3 +186,68 @@ handler = "noop"
     );
     host.shutdown().await;
 }
+
+/// The autoscaling signal: how long the oldest ready message has waited, as a gauge and in
+/// `GET /api/v1/queues`; scheduled messages are not ready, and an emptied queue reads 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_oldest_ready_message_age_is_sampled() {
+    let dir = TestDir::new();
+    // `waiting` has a handler that is never deployed: its messages stay ready.
+    let host = dir
+        .start("[queues.waiting]\nhandler = \"not-deployed\"\n")
+        .await;
+    let store = host.store.clone();
+    let mut later = msg(json!({ "n": 0 }));
+    later.process_at_ms = Some(wharf_host::clock::now_ms() + 3_600_000);
+    store.enqueue("waiting", later, false).await.unwrap();
+    let series = "wharf_queue_oldest_ready_seconds{queue=\"waiting\"}";
+    wait_for(T, "the gauge sampled with nothing ready", || async {
+        scrape(&host)
+            .await
+            .get(series)
+            .copied()
+            .filter(|v| *v == 0.0)
+    })
+    .await;
+    let enqueued_at = std::time::Instant::now();
+    store
+        .enqueue("waiting", msg(json!({ "n": 1 })), false)
+        .await
+        .unwrap();
+    let age = wait_for(T, "the gauge at 1.5 s or more", || async {
+        scrape(&host)
+            .await
+            .get(series)
+            .copied()
+            .filter(|v| *v >= 1.5)
+    })
+    .await;
+    assert!(
+        age <= enqueued_at.elapsed().as_secs_f64() + 0.1,
+        "{age} s is longer than the message has existed"
+    );
+    let url = format!("http://{}/api/v1/queues", host.admin_addr);
+    let queues: serde_json::Value = tokio::task::spawn_blocking(move || {
+        serde_json::from_str(
+            &ureq::get(&url)
+                .call()
+                .unwrap()
+                .into_body()
+                .read_to_string()
+                .unwrap(),
+        )
+        .unwrap()
+    })
+    .await
+    .unwrap();
+    let waiting = queues
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "waiting")
+        .unwrap();
+    let api_age = waiting["oldest_ready_age_ms"].as_i64().unwrap();
+    assert!(api_age >= 1000, "{waiting}");
+    assert!(waiting["lag"].is_null(), "{waiting}");
+    host.shutdown().await;
+}

@@ -123,3 +123,60 @@ async fn count_in(
         .chain(store.counts("work").await.unwrap());
     counts.filter(|(s, _)| *s == status).map(|(_, n)| n).sum()
 }
+
+/// `GET /readyz` on the admin server at `addr`: the status and the body's `status`, or
+/// `None` when nothing answers.
+async fn readyz(addr: std::net::SocketAddr) -> Option<(u16, String)> {
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut response = agent.get(&format!("http://{addr}/readyz")).call().ok()?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().ok()?;
+        let body: serde_json::Value = serde_json::from_str(&text).ok()?;
+        Some((
+            status,
+            body["status"].as_str().unwrap_or_default().to_string(),
+        ))
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_says_stopping_at_once_and_the_admin_server_answers_through_the_drain() {
+    let dir = TestDir::new();
+    dir.deploy("spin", "spin");
+    let path = dir.write_config("");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"2s\"")
+        + "[queues.stuck]\nhandler = \"spin\"\nconcurrency = 1\ntimeout = \"60s\"\nlease = \"120s\"\n";
+    std::fs::write(&path, text).unwrap();
+    let host = wharf_host::start(wharf_host::Config::load(&path).unwrap())
+        .await
+        .unwrap();
+    let addr = host.admin_addr;
+    wait_for(T, "the host ready", || async {
+        (readyz(addr).await == Some((200, "healthy".into()))).then_some(())
+    })
+    .await;
+    host.router
+        .enqueue("stuck", msg(json!({ "n": 1 })))
+        .await
+        .unwrap();
+    wait_for(T, "the message in processing", || async {
+        (count(&host, "stuck", Status::Processing).await == 1).then_some(())
+    })
+    .await;
+    let token = host.shutdown_token();
+    let stopped = tokio::spawn(host.wait());
+    token.cancel();
+    // Asked to stop: not ready at once, while the handler still runs out its grace.
+    assert_eq!(readyz(addr).await, Some((503, "stopping".into())));
+    assert!(!stopped.is_finished(), "the drain is still under way");
+    stopped.await.unwrap();
+    assert_eq!(readyz(addr).await, None, "the admin server stops last");
+}

@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask demo | test | bench | fuzz | chaos | guests | lint`.
+//! Project automation: `cargo xtask demo | test | bench | fuzz | chaos | guests | lint | image`.
 //!
 //! Every command installs what it needs (the `wasm32-wasip2` target, cargo-nextest) so it
 //! works the same on a fresh machine and in CI.
@@ -7,6 +7,7 @@ mod bench;
 mod browser;
 mod chaos;
 mod demo;
+mod image;
 mod polyglot;
 mod services;
 mod tools;
@@ -69,6 +70,9 @@ enum Task {
     Guests,
     /// cargo fmt --check and cargo clippy with warnings as errors.
     Lint,
+    /// Build the container image `localhost/wharf:latest` with buildah (release build; no
+    /// registry), then run it once where the machine allows containers.
+    Image,
 }
 
 fn main() -> Result<()> {
@@ -91,6 +95,7 @@ fn main() -> Result<()> {
         } => chaos::run(messages, cut_secs, crash_messages, &cases),
         Task::Guests => tools::build_guests(),
         Task::Lint => lint(),
+        Task::Image => image::run(),
     }
 }
 
@@ -104,6 +109,7 @@ fn test(args: &[String]) -> Result<()> {
     services::ensure_kafka()?;
     tools::build_guests()?;
     browser::ensure_browser()?;
+    tools::ensure_kubernetes_validate()?;
     check_format()?;
     tools::wait(one_provider)?;
     let mut cmd = tools::cargo(&["nextest", "run", "--workspace", "--no-fail-fast"]);

@@ -105,3 +105,31 @@ pub fn guest(crate_name: &str) -> PathBuf {
         .join("sample-handlers/target/wasm32-wasip2/release")
         .join(format!("{crate_name}.wasm"))
 }
+
+/// The pinned validator of Kubernetes manifests (PyPI; ships the schemas of the built-in kinds,
+/// so no API server is needed).
+const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
+
+/// The Python of a venv in `target/tools/kubernetes-validate` holding [`KUBERNETES_VALIDATE`],
+/// installed when missing. The manifest test runs `deploy/kubernetes/validate.py` with it.
+pub fn ensure_kubernetes_validate() -> Result<PathBuf> {
+    let venv = root().join("target/tools/kubernetes-validate");
+    let python = venv.join("bin/python");
+    let pinned = venv.join("pinned.txt");
+    if std::fs::read_to_string(&pinned).ok().as_deref() != Some(KUBERNETES_VALIDATE) {
+        eprintln!("xtask: installing {KUBERNETES_VALIDATE} (validates the Kubernetes manifests)");
+        let mut create = Command::new("python3");
+        create.args(["-m", "venv"]).arg(&venv);
+        run(create)?;
+        let mut install = Command::new(venv.join("bin/pip"));
+        install.args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            KUBERNETES_VALIDATE,
+        ]);
+        run(install)?;
+        std::fs::write(&pinned, KUBERNETES_VALIDATE)?;
+    }
+    Ok(python)
+}

@@ -31,8 +31,11 @@ use crate::runtime::HandlerRegistry;
 pub struct HandlerInfo {
     /// Handler name.
     pub name: String,
-    /// File it was loaded from.
+    /// File it was loaded from (from the store: `store:NAME@VERSION`).
     pub file: String,
+    /// Its version in the store (absent: loaded from a file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
     /// SHA-256 of the file, hex.
     pub sha256: String,
     /// File size in bytes.
@@ -57,9 +60,14 @@ pub struct AppState {
     /// The enqueue path, set once the host has opened its brokers (the admin server answers
     /// health checks before that; an enqueue waits for it).
     pub router: Arc<tokio::sync::SetOnce<Arc<crate::enqueue::QueueRouter>>>,
+    /// Cancelled when the host is asked to stop: `/readyz` answers 503 `stopping` from then
+    /// on, while the admin server keeps answering through the drain.
+    pub stopping: CancellationToken,
 }
 
-/// Bind `addr` and serve until `shutdown`. Returns the bound address (useful with port 0).
+/// Bind `addr` and serve until `shutdown` (the host cancels it after its drain, so probes,
+/// metrics and the API answer while in-flight messages finish). Returns the bound address
+/// (useful with port 0).
 pub async fn serve(
     addr: SocketAddr,
     state: AppState,
@@ -89,6 +97,10 @@ pub async fn serve(
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.stopping.is_cancelled() {
+        let body = serde_json::json!({ "status": "stopping", "checks": {} });
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body));
+    }
     let (healthy, checks) = state.health.report().await;
     let status = if healthy {
         StatusCode::OK
@@ -115,6 +127,7 @@ pub fn handler_info(h: &crate::runtime::LoadedHandler) -> HandlerInfo {
     HandlerInfo {
         name: h.name.to_string(),
         file: h.path.display().to_string(),
+        version: h.version,
         sha256: h.hash.clone(),
         size: h.size,
         loaded_at: humantime::format_rfc3339_seconds(h.loaded_at).to_string(),

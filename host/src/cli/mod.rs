@@ -14,6 +14,7 @@ mod schedules;
 mod sessions;
 mod state;
 mod status;
+mod store_deploys;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,11 +1,15 @@
 //! `wharf run`: start the host and stop it gracefully on SIGINT/SIGTERM (a second signal
 //! exits at once).
 
-use crate::config::Config;
+use crate::config::{Config, HandlersSource};
 
 /// Problems that do not stop start-up but deserve a line (e.g. a handler not deployed yet).
 pub fn deployment_warnings(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
+    if config.host.handlers_source == HandlersSource::Store {
+        // The store's versions are known once the host has read them.
+        return out;
+    }
     for (queue, q) in &config.queues {
         let Some(handler) = q.handler() else {
             continue;

@@ -87,6 +87,9 @@ pub struct HostConfig {
     /// This host's id, stable across restarts: shown by `wharf hosts` and recorded with the
     /// schedule ticks it enqueued (default: the machine's host name and the admin port).
     pub id: Option<String>,
+    /// Where handler components come from: the `handlers_dir` directory (watched), or the
+    /// queue's SQL store, shared by every host (`wharf handlers deploy`).
+    pub handlers_source: HandlersSource,
     /// Directory watched for `NAME.wasm` handler components (relative to the config file).
     pub handlers_dir: PathBuf,
     /// Directory for compiled-component cache files (relative to the config file).
@@ -111,10 +114,22 @@ pub struct HostConfig {
     pub metrics_interval: Duration,
 }
 
+/// Where a host's handler components come from (`[host] handlers_source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HandlersSource {
+    /// `NAME.wasm` files in `handlers_dir`, watched: one machine.
+    Directory,
+    /// The versions `wharf handlers deploy` wrote to the queue's SQL store: every host
+    /// sharing the store serves the current one.
+    Store,
+}
+
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
             id: None,
+            handlers_source: HandlersSource::Directory,
             handlers_dir: PathBuf::from("handlers"),
             cache_dir: PathBuf::from(".wharf/cache"),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),

@@ -352,6 +352,9 @@ impl Pipeline {
             }
             // While this batch runs, the next one is received.
             ahead.read_next(&shared, read_ahead, !last_short);
+            // The version serving now: a deploy while this batch waited for slots or was
+            // received applies to it (calls already running finish on theirs).
+            let handler = p.registry.get(&p.handler).unwrap_or(handler);
             for (ready, permit) in run.into_iter().zip(permits.drain(..)) {
                 seq += 1;
                 shared

@@ -357,6 +357,13 @@ pub trait Provider: Send + Sync + 'static {
         ))
     }
 
+    /// The processing group's lag on `queue` (messages past its committed position), for a
+    /// log-based broker; `None` where the broker has no such thing.
+    async fn lag(&self, queue: &str) -> Result<Option<u64>, ProviderError> {
+        let _ = queue;
+        Ok(None)
+    }
+
     /// One round trip to the broker about `queues`, answered within `timeout` when the
     /// broker is reachable: the health probe for providers whose connections cannot tell a
     /// silent network cut by themselves (Kafka, Service Bus). The default does nothing: a

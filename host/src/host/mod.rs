@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, HealthCheck, HealthRegistry};
-use crate::config::Config;
+use crate::config::{Config, HandlersSource};
 use crate::dispatch::Settler;
 use crate::enqueue::{QueueRouter, Relay};
 use crate::external::{
@@ -22,6 +22,7 @@ use crate::external::{
 };
 use crate::inbox::InboxStores;
 use crate::queue::{self, QueueStore};
+use crate::runtime::store_deploy::StoreDeploys;
 use crate::runtime::{HandlerRegistry, deploy};
 use crate::schedule::{self, Schedules};
 use queues::QueueWiring;
@@ -43,6 +44,9 @@ pub struct RunningHost {
     workers: Vec<tokio::task::JoinHandle<()>>,
     background: Vec<tokio::task::JoinHandle<()>>,
     settler_task: tokio::task::JoinHandle<()>,
+    /// Stops the admin server, after the drain.
+    admin_stop: CancellationToken,
+    admin_task: JoinHandle<()>,
 }
 
 struct StoreHealth(Arc<dyn QueueStore>);
@@ -119,19 +123,9 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
     crate::metrics::install();
     let store = open_store(&config).await?;
     let dir = &config.host.handlers_dir;
-    let (registry, initial_load) = start_handlers(&config)?;
-
     let shutdown = CancellationToken::new();
     let mut background = Vec::new();
-    background.push(
-        deploy::watch(
-            registry.clone(),
-            dir.clone(),
-            config.host.deploy_debounce,
-            shutdown.clone(),
-        )
-        .with_context(|| format!("watching the handlers directory {}", dir.display()))?,
-    );
+    let (registry, initial_load) = start_handlers(&config, &store, &shutdown, &mut background)?;
 
     let health = Arc::new(HealthRegistry::default());
     health.register("sql_storage", Arc::new(StoreHealth(store.clone())));
@@ -141,10 +135,12 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
         store: store.clone(),
         config: config.clone(),
         router: Arc::default(),
+        stopping: shutdown.clone(),
     };
     let admin_router = admin_state.router.clone();
+    let admin_stop = CancellationToken::new();
     let (admin_addr, admin_task) =
-        admin::serve(config.host.admin_listen, admin_state, shutdown.clone())
+        admin::serve(config.host.admin_listen, admin_state, admin_stop.clone())
             .await
             .with_context(|| {
                 format!(
@@ -152,7 +148,6 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
                     config.host.admin_listen
                 )
             })?;
-    background.push(admin_task);
     tracing::info!(%admin_addr, "admin server listening");
 
     let inboxes = InboxStores::open(&config)
@@ -226,12 +221,21 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
     }
     drop(settler);
     let loaded = initial_load.await.unwrap_or(0);
-    tracing::info!(dir = %dir.display(), handlers = loaded, "initial handlers loaded");
+    let from_store = config.host.handlers_source == HandlersSource::Store;
+    if from_store {
+        tracing::info!(handlers = loaded, "initial handlers loaded from the store");
+    } else {
+        tracing::info!(dir = %dir.display(), handlers = loaded, "initial handlers loaded");
+    }
     for (queue, q) in &config.queues {
         if let Some(handler) = q.handler()
             && registry.get(handler).is_none()
         {
-            tracing::warn!(queue = %queue, "handler `{handler}` is not deployed yet (expected {})", dir.join(format!("{handler}.wasm")).display());
+            if from_store {
+                tracing::warn!(queue = %queue, "handler `{handler}` is not deployed yet: deploy it with `wharf handlers deploy FILE --name {handler}`");
+            } else {
+                tracing::warn!(queue = %queue, "handler `{handler}` is not deployed yet (expected {})", dir.join(format!("{handler}.wasm")).display());
+            }
         }
     }
     tracing::info!(queues = config.queues.len(), "host started");
@@ -246,6 +250,8 @@ async fn assemble(config: Config, options: StartOptions) -> anyhow::Result<Runni
         workers,
         background,
         settler_task,
+        admin_stop,
+        admin_task,
     })
 }
 
@@ -265,21 +271,44 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn QueueStore>> {
     })
 }
 
-/// The handler registry, and the initial load of the handlers directory, which compiles while
-/// the rest starts: the admin server answers and each queue runs as soon as its handler is
-/// ready, not after the slowest compile. The task returns how many handlers it loaded.
+/// The handler registry, and the initial load of the handlers directory (or of the current
+/// versions in the store), which compiles while the rest starts: the admin server answers and
+/// each queue runs as soon as its handler is ready, not after the slowest compile. The task
+/// returns how many handlers it loaded. The directory's watcher, or the store's follower,
+/// goes to `background`.
 fn start_handlers(
     config: &Arc<Config>,
+    store: &Arc<dyn QueueStore>,
+    shutdown: &CancellationToken,
+    background: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<(Arc<HandlerRegistry>, JoinHandle<usize>)> {
     let registry = Arc::new(
         HandlerRegistry::new(config.clone())
             .map_err(|e| anyhow::anyhow!("{e:#}"))
             .context("creating the WebAssembly engine")?,
     );
+    registry.set_loading(true);
+    if config.host.handlers_source == HandlersSource::Store {
+        let deploys = Arc::new(StoreDeploys::new(
+            registry.clone(),
+            store.clone(),
+            config.host.host_id(),
+        ));
+        let initial_load = tokio::spawn({
+            let (registry, deploys, shutdown) =
+                (registry.clone(), deploys.clone(), shutdown.clone());
+            async move {
+                let loaded = deploys.sync().await;
+                registry.set_loading(false);
+                deploys.follow(shutdown);
+                loaded
+            }
+        });
+        return Ok((registry, initial_load));
+    }
     let dir = &config.host.handlers_dir;
     let files = deploy::handler_files(dir)
         .with_context(|| format!("reading the handlers directory {}", dir.display()))?;
-    registry.set_loading(true);
     let initial_load = tokio::spawn({
         let registry = registry.clone();
         async move {
@@ -288,6 +317,15 @@ fn start_handlers(
             loaded
         }
     });
+    background.push(
+        deploy::watch(
+            registry.clone(),
+            dir.clone(),
+            config.host.deploy_debounce,
+            shutdown.clone(),
+        )
+        .with_context(|| format!("watching the handlers directory {}", dir.display()))?,
+    );
     Ok((registry, initial_load))
 }
 
@@ -389,6 +427,9 @@ impl RunningHost {
         for task in self.background {
             let _ = task.await;
         }
+        // `/readyz` has answered `stopping` since the signal; the admin server goes last.
+        self.admin_stop.cancel();
+        let _ = self.admin_task.await;
         self.providers.close().await;
         tracing::info!("host stopped");
     }

@@ -23,6 +23,10 @@ pub struct Snapshot {
     pub counts: Vec<(Status, u64)>,
     /// When they were counted (ms since the epoch).
     pub at_ms: i64,
+    /// Then: when the oldest ready message of the SQL queue became ready (`None`: none was).
+    pub oldest_ready_ms: Option<i64>,
+    /// Then, for a Kafka queue: its processing group's lag (messages).
+    pub lag: Option<u64>,
 }
 
 static LATEST: Mutex<Option<HashMap<String, Snapshot>>> = Mutex::new(None);
@@ -30,15 +34,26 @@ static WANTED: Notify = Notify::const_new();
 
 /// Keep `counts` as the latest of `queue`.
 pub fn record(queue: &str, counts: Vec<(Status, u64)>) {
+    let mut latest = LATEST.lock().expect("counts");
+    let all = latest.get_or_insert_with(HashMap::new);
+    let before = all.get(queue);
     let snapshot = Snapshot {
         counts,
         at_ms: now_ms(),
+        oldest_ready_ms: before.and_then(|s| s.oldest_ready_ms),
+        lag: before.and_then(|s| s.lag),
     };
-    LATEST
-        .lock()
-        .expect("counts")
-        .get_or_insert_with(HashMap::new)
-        .insert(queue.to_string(), snapshot);
+    all.insert(queue.to_string(), snapshot);
+}
+
+/// Keep what waits in `queue` (sampled beside its counts): the oldest ready message's
+/// ready time and, for a Kafka queue, the lag.
+pub fn record_waiting(queue: &str, oldest_ready_ms: Option<i64>, lag: Option<u64>) {
+    let mut latest = LATEST.lock().expect("counts");
+    if let Some(snapshot) = latest.get_or_insert_with(HashMap::new).get_mut(queue) {
+        snapshot.oldest_ready_ms = oldest_ready_ms;
+        snapshot.lag = lag;
+    }
 }
 
 /// The latest counts of `queue`.

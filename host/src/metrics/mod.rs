@@ -336,6 +336,12 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
                 });
             }
         }
+        let oldest_ready = oldest_ready(sampled, queue, at_ms).await;
+        let mut lag = None;
+        if let Some((name, provider)) = external {
+            lag = external_lag(queue, name, provider.as_ref()).await;
+        }
+        counts::record_waiting(queue, oldest_ready, lag);
         if let Some((name, provider)) = external {
             // An external queue's depth is what its provider holds plus what moved into SQL;
             // unknown when the provider cannot tell.
@@ -387,6 +393,43 @@ async fn outbox(sampled: &Sampled) {
         });
         metrics::gauge!("wharf_outbox_rows", "queue" => queue.clone()).set(rows as f64);
         metrics::gauge!("wharf_outbox_oldest_seconds", "queue" => queue.clone()).set(age);
+    }
+}
+
+/// Sample how long the oldest ready message of the SQL queue has waited into
+/// `wharf_queue_oldest_ready_seconds` (0 when none is ready); its ready time.
+async fn oldest_ready(sampled: &Sampled, queue: &str, now: i64) -> Option<i64> {
+    let oldest = match tokio::time::timeout(SAMPLE_TIMEOUT, sampled.store.oldest_ready(queue)).await
+    {
+        Ok(Ok(oldest)) => oldest,
+        _ => {
+            tracing::debug!(%queue, "sampling the oldest ready message failed");
+            return None;
+        }
+    };
+    let age = oldest.map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0);
+    metrics::gauge!("wharf_queue_oldest_ready_seconds", "queue" => queue.to_string()).set(age);
+    oldest
+}
+
+/// Sample a Kafka queue's processing-group lag into `wharf_external_lag_messages` (a provider
+/// that has no lag: nothing).
+async fn external_lag(queue: &str, name: &str, provider: &dyn Provider) -> Option<u64> {
+    match tokio::time::timeout(SAMPLE_TIMEOUT, provider.lag(queue)).await {
+        Ok(Ok(Some(lag))) => {
+            metrics::gauge!("wharf_external_lag_messages", "queue" => queue.to_string(), "provider" => name.to_string())
+                .set(lag as f64);
+            Some(lag)
+        }
+        Ok(Ok(None)) => None,
+        Ok(Err(e)) => {
+            tracing::debug!(%queue, provider = %name, "sampling the lag failed: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%queue, provider = %name, "sampling the lag timed out");
+            None
+        }
     }
 }
 

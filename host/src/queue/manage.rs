@@ -44,6 +44,11 @@ static COUNTS: Sql = Sql::both(
 GROUP BY status ORDER BY status",
 );
 
+/// When the oldest message of queue `$1` ready at `$2` became ready (its `process_at_ms`).
+static OLDEST_READY: Sql = Sql::both(
+    "SELECT MIN(process_at_ms) FROM messages WHERE queue = $1 AND status = 'pending' AND process_at_ms <= $2",
+);
+
 /// Keys of processed messages older than `$2` in queue `$1`, at most `$3`.
 static EXPIRED_KEYS: Sql = Sql::each(
     // SQLite
@@ -220,6 +225,21 @@ pub(super) async fn list(
         .fetch_all()
         .await?;
     rows.iter().map(stored).collect()
+}
+
+/// See [`crate::queue::QueueStore::oldest_ready`].
+pub(super) async fn oldest_ready(
+    readers: &Pool,
+    queue: &str,
+    now: i64,
+) -> Result<Option<i64>, QueueError> {
+    let row = readers
+        .query(&OLDEST_READY)
+        .bind(queue)
+        .bind(now)
+        .fetch_one()
+        .await?;
+    Ok(row.get(0)?)
 }
 
 /// See [`crate::queue::QueueStore::counts`].

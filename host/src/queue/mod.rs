@@ -11,6 +11,7 @@ mod commit_marks;
 mod effects;
 pub(crate) mod enqueue;
 mod follow_ups;
+mod handler_versions;
 mod inbox_records;
 pub mod limits;
 mod manage;
@@ -40,6 +41,9 @@ pub use backoff::Backoff;
 pub use commit_marks::{CommitMark, MARK_RETENTION_MS};
 pub use effects::{CommitResult, EffectsCommit};
 pub use follow_ups::FollowUp;
+pub use handler_versions::{
+    CurrentVersion, HANDLERS_CHANNEL, HandlerVersion, ServedVersion, VersionChange,
+};
 pub(crate) use inbox_records::inbox_writes;
 pub use inbox_records::{InboxRow, InboxWrite, inbox_hash, record};
 pub use outbox::{OutboxBacklog, OutboxEntry, OutboxRow};
@@ -97,6 +101,9 @@ pub enum QueueError {
     /// This store does not offer the operation.
     #[error("queue storage does not support {0}")]
     Unsupported(&'static str),
+    /// What was asked for is not there (the text says what to do).
+    #[error("{0}")]
+    NotFound(String),
 }
 
 impl From<sqlx::Error> for QueueError {
@@ -290,6 +297,10 @@ pub trait QueueStore: Send + Sync + 'static {
     /// Number of messages per status in a queue.
     async fn counts(&self, queue: &str) -> Result<Vec<(Status, u64)>, QueueError>;
 
+    /// When the oldest message of `queue` that is ready now became ready (Unix ms; its
+    /// `process_at_ms`); `None` when none is ready. An autoscaling signal: how long work waits.
+    async fn oldest_ready(&self, queue: &str) -> Result<Option<i64>, QueueError>;
+
     /// Make selected messages ready now, attempts reset, as a new delivery. Messages being
     /// processed are skipped. Returns how many were changed.
     async fn retry(&self, selector: &Selector) -> Result<u64, QueueError>;
@@ -393,6 +404,49 @@ pub trait QueueStore: Send + Sync + 'static {
         limit: crate::rate_limit::Limit,
         unused: u32,
     ) -> Result<(), QueueError>;
+
+    /// Store `component` (content `sha256`) as the next version of handler `name` and make it
+    /// current; every host in handlers-from-the-store mode then serves it.
+    async fn handler_deploy(
+        &self,
+        name: &str,
+        component: &[u8],
+        sha256: &str,
+    ) -> Result<VersionChange, QueueError>;
+
+    /// Make version `to` of handler `name` current (`None`: the one before the current).
+    async fn handler_rollback(
+        &self,
+        name: &str,
+        to: Option<i64>,
+    ) -> Result<VersionChange, QueueError>;
+
+    /// The current version of every handler in the store.
+    async fn handler_current(&self) -> Result<Vec<CurrentVersion>, QueueError>;
+
+    /// The component of a stored handler version.
+    async fn handler_component(&self, name: &str, version: i64) -> Result<Vec<u8>, QueueError>;
+
+    /// Every stored version of handler `name`, oldest first.
+    async fn handler_versions(&self, name: &str) -> Result<Vec<HandlerVersion>, QueueError>;
+
+    /// Record in the deploy log what a host did with a handler version.
+    async fn handler_record(&self, served: &ServedVersion) -> Result<(), QueueError>;
+
+    /// The deploy log of handler `name` (`None`: every handler), oldest first.
+    async fn handler_served(&self, name: Option<&str>) -> Result<Vec<ServedVersion>, QueueError>;
+
+    /// Call `changed()` whenever a handler's current version changes in the store, until
+    /// `shutdown` (and once after each reconnect). Stores without notifications return
+    /// `None`: the host polls.
+    fn listen_handlers(
+        &self,
+        changed: WakeFn,
+        shutdown: CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let _ = (changed, shutdown);
+        None
+    }
 
     /// Call `wake(Some(queue))` whenever a message of that queue becomes ready in any
     /// process (`wake(None)`: possibly any queue), until `shutdown`. Stores without

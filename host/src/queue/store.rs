@@ -16,10 +16,11 @@ use super::rows::leased_in_order;
 use super::state_reads::StateReads;
 use super::statements::{self, ABANDONED, APPLY_NEXT, EXPIRE};
 use super::{
-    BlockedSession, Claim, CommitResult, Committed, EffectsCommit, Enqueued, HistoryEntry, HostRow,
-    InboxProbe, LeasedMessage, MessageFilter, NewMessage, OutboxBacklog, OutboxRow, QueueError,
-    QueueStore, Retention, ScheduleRow, Selector, SettleResult, Settlement, Status, StoredMessage,
-    WakeFn, effects, follow_ups, manage, now_ms, outbox, postgres, rate_limits, schedules,
+    BlockedSession, Claim, CommitResult, Committed, CurrentVersion, EffectsCommit, Enqueued,
+    HandlerVersion, HistoryEntry, HostRow, InboxProbe, LeasedMessage, MessageFilter, NewMessage,
+    OutboxBacklog, OutboxRow, QueueError, QueueStore, Retention, ScheduleRow, Selector,
+    ServedVersion, SettleResult, Settlement, Status, StoredMessage, VersionChange, WakeFn, effects,
+    follow_ups, handler_versions, manage, now_ms, outbox, postgres, rate_limits, schedules,
     sessions, settle, sqlite, state,
 };
 use crate::rate_limit::{Limit, Taken};
@@ -508,6 +509,10 @@ impl QueueStore for SqlStore {
         manage::counts(&self.readers, queue).await
     }
 
+    async fn oldest_ready(&self, queue: &str) -> Result<Option<i64>, QueueError> {
+        manage::oldest_ready(&self.readers, queue, now_ms()).await
+    }
+
     async fn retry(&self, selector: &Selector) -> Result<u64, QueueError> {
         manage::retry(&self.pool, selector).await
     }
@@ -525,6 +530,59 @@ impl QueueStore for SqlStore {
         Ok(())
     }
 
+    async fn handler_deploy(
+        &self,
+        name: &str,
+        component: &[u8],
+        sha256: &str,
+    ) -> Result<VersionChange, QueueError> {
+        handler_versions::deploy(&self.pool, name, component, sha256, now_ms()).await
+    }
+
+    async fn handler_rollback(
+        &self,
+        name: &str,
+        to: Option<i64>,
+    ) -> Result<VersionChange, QueueError> {
+        handler_versions::rollback(&self.pool, name, to, now_ms()).await
+    }
+
+    async fn handler_current(&self) -> Result<Vec<CurrentVersion>, QueueError> {
+        handler_versions::current(&self.readers).await
+    }
+
+    async fn handler_component(&self, name: &str, version: i64) -> Result<Vec<u8>, QueueError> {
+        handler_versions::component(&self.readers, name, version).await
+    }
+
+    async fn handler_versions(&self, name: &str) -> Result<Vec<HandlerVersion>, QueueError> {
+        handler_versions::versions(&self.readers, name).await
+    }
+
+    async fn handler_record(&self, served: &ServedVersion) -> Result<(), QueueError> {
+        handler_versions::record(&self.pool, served).await
+    }
+
+    async fn handler_served(&self, name: Option<&str>) -> Result<Vec<ServedVersion>, QueueError> {
+        handler_versions::served(&self.readers, name).await
+    }
+
+    fn listen_handlers(
+        &self,
+        changed: WakeFn,
+        shutdown: CancellationToken,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let Engine::Postgres { pool, .. } = &self.engine else {
+            return None;
+        };
+        Some(tokio::spawn(postgres::listen_on(
+            pool.clone(),
+            super::HANDLERS_CHANNEL,
+            changed,
+            shutdown,
+        )))
+    }
+
     fn listen(
         &self,
         wake: WakeFn,
@@ -533,8 +591,9 @@ impl QueueStore for SqlStore {
         let Engine::Postgres { pool, .. } = &self.engine else {
             return None;
         };
-        Some(tokio::spawn(postgres::listen_for_ready(
+        Some(tokio::spawn(postgres::listen_on(
             pool.clone(),
+            super::notify::READY_CHANNEL,
             wake,
             shutdown,
         )))

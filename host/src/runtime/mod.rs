@@ -16,6 +16,7 @@ mod outbound;
 mod output;
 mod registry;
 mod state;
+pub mod store_deploy;
 
 pub use bindings::{
     EnqueueOptions, EnqueueStatus, HandlerError, Level, Message, Outcome, SESSION_HEADER,

@@ -110,8 +110,10 @@ pub struct Grants {
 pub struct LoadedHandler {
     /// Handler name (the file stem).
     pub name: Arc<str>,
-    /// The file it was loaded from.
+    /// The file it was loaded from (from the store: `store:NAME@VERSION`).
     pub path: PathBuf,
+    /// Its version in the store (`None`: loaded from a file).
+    pub version: Option<i64>,
     /// SHA-256 of the file, hex.
     pub hash: String,
     /// Size of the file in bytes.
@@ -263,46 +265,106 @@ impl HandlerRegistry {
     /// run it off the async threads. On error the previous version keeps serving.
     pub fn load_file(&self, path: &Path) -> Result<LoadOutcome, DeployError> {
         let name = Self::name_of(path).unwrap_or_default();
-        if !is_valid_name(&name) {
-            return Err(DeployError::BadName {
-                path: path.to_path_buf(),
-                name,
-            });
-        }
         let bytes = std::fs::read(path).map_err(|error| DeployError::Read {
             path: path.to_path_buf(),
             error,
         })?;
-        let hash = hex::encode(Sha256::digest(&bytes));
-        if self.get(&name).is_some_and(|h| h.hash == hash) {
-            return Ok(LoadOutcome::Unchanged { name });
+        self.load_bytes(&name, path, &bytes, None)
+    }
+
+    /// Compile version `version` of handler `name` from the store and make it the serving
+    /// version. Blocking, as [`HandlerRegistry::load_file`]; on error the previous version
+    /// keeps serving.
+    pub fn load_stored(
+        &self,
+        name: &str,
+        version: i64,
+        bytes: &[u8],
+    ) -> Result<LoadOutcome, DeployError> {
+        let path = PathBuf::from(format!("store:{name}@{version}"));
+        self.load_bytes(name, &path, bytes, Some(version))
+    }
+
+    /// Check that `bytes` would deploy as handler `name` with this configuration (name,
+    /// memory, world, grants), without serving it. Blocking (compiles; the compiled
+    /// component goes to the cache, so a host on this machine finds it there).
+    pub fn check(&self, name: &str, path: &Path, bytes: &[u8]) -> Result<(), DeployError> {
+        self.prepare(name, path, bytes, None).map(|_| ())
+    }
+
+    fn load_bytes(
+        &self,
+        name: &str,
+        path: &Path,
+        bytes: &[u8],
+        version: Option<i64>,
+    ) -> Result<LoadOutcome, DeployError> {
+        let hash = hex::encode(Sha256::digest(bytes));
+        if self
+            .get(name)
+            .is_some_and(|h| h.hash == hash && h.version == version)
+        {
+            return Ok(LoadOutcome::Unchanged {
+                name: name.to_string(),
+            });
         }
-        let cap = self.config.handler_memory(&name);
-        if let Some(initial) = largest_initial_memory(&bytes)
+        let started = Instant::now();
+        let (loaded, origin) = self.prepare(name, path, bytes, version)?;
+        let millis = started.elapsed().as_millis();
+        let loaded = Arc::new(loaded);
+        self.handlers.rcu(|current| {
+            let mut next = HashMap::clone(current);
+            next.insert(name.to_string(), loaded.clone());
+            next
+        });
+        self.changes.send_modify(|n| *n += 1);
+        Ok(LoadOutcome::Deployed {
+            name: name.to_string(),
+            hash,
+            origin,
+            millis,
+        })
+    }
+
+    /// Compile and link `bytes` as handler `name` with its grants: everything a deploy does
+    /// but the swap.
+    fn prepare(
+        &self,
+        name: &str,
+        path: &Path,
+        bytes: &[u8],
+        version: Option<i64>,
+    ) -> Result<(LoadedHandler, Origin), DeployError> {
+        if !is_valid_name(name) {
+            return Err(DeployError::BadName {
+                path: path.to_path_buf(),
+                name: name.to_string(),
+            });
+        }
+        let hash = hex::encode(Sha256::digest(bytes));
+        let cap = self.config.handler_memory(name);
+        if let Some(initial) = largest_initial_memory(bytes)
             && initial > cap.as_u64()
         {
             return Err(DeployError::Memory {
                 path: path.to_path_buf(),
-                name,
+                name: name.to_string(),
                 cap,
                 initial: ByteSize::b(initial),
             });
         }
-        let settings = self.config.handler(&name);
+        let settings = self.config.handler(name);
         let http = !settings.allowed_outbound_hosts.is_empty();
         let outbound: Arc<[OutboundHost]> = if self.dry_run {
             Arc::from([])
         } else {
             settings.allowed_outbound_hosts.clone().into()
         };
-        let started = Instant::now();
         let (pre, origin) = match self.serving_with(&hash, http) {
             // Byte-identical files under several names share one compiled component.
             Some(pre) => (pre, Origin::Shared),
-            None => self.compile(path, &name, &hash, &bytes, http)?,
+            None => self.compile(path, name, &hash, bytes, http)?,
         };
-        let millis = started.elapsed().as_millis();
-
         let mut env: Vec<(String, String)> = settings.env.clone().into_iter().collect();
         env.extend(
             settings
@@ -310,10 +372,11 @@ impl HandlerRegistry {
                 .iter()
                 .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v))),
         );
-        let loaded = Arc::new(LoadedHandler {
-            name: Arc::from(name.as_str()),
+        let loaded = LoadedHandler {
+            name: Arc::from(name),
             path: path.to_path_buf(),
-            hash: hash.clone(),
+            version,
+            hash,
             size: bytes.len() as u64,
             loaded_at: SystemTime::now(),
             memory_limit: cap,
@@ -336,19 +399,8 @@ impl HandlerRegistry {
             },
             pre,
             returns: self.returns.clone(),
-        });
-        self.handlers.rcu(|current| {
-            let mut next = HashMap::clone(current);
-            next.insert(name.clone(), loaded.clone());
-            next
-        });
-        self.changes.send_modify(|n| *n += 1);
-        Ok(LoadOutcome::Deployed {
-            name,
-            hash,
-            origin,
-            millis,
-        })
+        };
+        Ok((loaded, origin))
     }
 
     /// The compiled component of a serving handler whose file has content `hash` and that is

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 mod commands;
 mod enqueue;
 pub(crate) mod error;
+mod handler_versions;
 mod history;
 mod schedules;
 mod sessions;
@@ -62,6 +63,7 @@ pub(super) fn routes() -> Router<AppState> {
         )
         .route("/handlers", get(super::handlers))
         .route("/deploys", get(deploys))
+        .route("/handler-versions", get(handler_versions::list))
         .route(
             "/replay",
             post(super::replay::replay).layer(DefaultBodyLimit::max(super::replay::MAX_CANDIDATE)),
@@ -105,6 +107,14 @@ pub struct QueueInfo {
     /// its broker: how many, since when, and the last publication error.
     #[serde(default)]
     pub outbox: Option<crate::queue::OutboxBacklog>,
+    /// When counted: how long the oldest ready message of the SQL queue had waited since it
+    /// became ready (ms; `null` when none was ready) — an autoscaling signal.
+    #[serde(default)]
+    pub oldest_ready_age_ms: Option<i64>,
+    /// When counted, for a Kafka queue: its processing group's lag (messages past the
+    /// committed offsets); `null` for other queues.
+    #[serde(default)]
+    pub lag: Option<u64>,
 }
 
 async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
@@ -150,6 +160,10 @@ async fn queues(State(state): State<AppState>) -> ApiResult<Vec<QueueInfo>> {
                 .iter()
                 .position(|b| &b.queue == name)
                 .map(|at| outbox.swap_remove(at)),
+            oldest_ready_age_ms: snapshot
+                .oldest_ready_ms
+                .map(|at| (snapshot.at_ms - at).max(0)),
+            lag: snapshot.lag,
         });
     }
     Ok(Json(out))

@@ -550,9 +550,10 @@ async function message(key) {
 }
 
 async function handlers() {
-  const [loaded, deploys] = await Promise.all([api("/handlers"), api("/deploys")]);
+  const [loaded, deploys, stored] = await Promise.all([api("/handlers"), api("/deploys"), api("/handler-versions")]);
   const rows = loaded.map((x) => h("tr", { "data-handler": x.name },
     h("td", {}, x.name),
+    h("td", { class: "num", "data-version": "" }, x.version === undefined ? "–" : x.version),
     h("td", { class: "mono", title: x.sha256 }, x.sha256.slice(0, 16)),
     h("td", { class: "num" }, `${(x.size / 1024).toFixed(0)} KiB`),
     h("td", {}, x.memory_limit),
@@ -564,12 +565,30 @@ async function handlers() {
     h("td", {}, h("span", { class: `badge ${d.result === "deployed" ? "ok" : d.result === "rejected" ? "bad" : ""}` }, d.result)),
     h("td", { class: "mono" }, d.sha256 ? d.sha256.slice(0, 16) : "–"),
     h("td", { class: "error" }, d.reason || "")));
-  return [
+  const out = [
     h("h1", {}, "Handlers"),
-    table(["Name", "SHA-256", { label: "Size", num: true }, "Memory cap", "Loaded", "File"], rows,
-      "No handler is deployed: drop a .wasm file into the handlers directory."),
+    table(["Name", { label: "Version", num: true }, "SHA-256", { label: "Size", num: true }, "Memory cap", "Loaded", "File"], rows,
+      "No handler is deployed: drop a .wasm file into the handlers directory, or `wharf handlers deploy FILE` with handlers_source = \"store\"."),
     h("h2", {}, "Deploy log"),
     table(["When", "Handler", "Result", "SHA-256", "Reason"], log, "Nothing deployed since the host started.")];
+  if (stored.current.length || stored.hosts.length) {
+    // Handlers from the shared store: the current versions and which host serves which since when.
+    const current = stored.current.map((c) => h("tr", { "data-current": c.name },
+      h("td", {}, c.name), h("td", { class: "num" }, c.version),
+      h("td", { class: "mono", title: c.sha256 }, c.sha256.slice(0, 16))));
+    const served = stored.hosts.slice().reverse().map((s) => h("tr", { "data-served": s.host },
+      h("td", { class: "muted" }, time(s.since_ms)),
+      h("td", { class: "mono" }, s.host),
+      h("td", {}, s.name),
+      h("td", { class: "num" }, s.version),
+      h("td", {}, h("span", { class: `badge ${s.result === "serving" ? "ok" : "bad"}` }, s.result)),
+      h("td", { class: "error" }, s.error || "")));
+    out.push(h("h2", {}, "Shared store: current versions"),
+      table(["Handler", { label: "Version", num: true }, "SHA-256"], current, "No handler in the store."),
+      h("h2", {}, "Shared store: which host serves which version"),
+      table(["Since", "Host", "Handler", { label: "Version", num: true }, "Result", "Reason"], served, "No host has served a stored version yet."));
+  }
+  return out;
 }
 
 // ---- Schedules and hosts -------------------------------------------------------------------

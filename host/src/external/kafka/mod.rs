@@ -27,6 +27,7 @@
 
 mod bridge;
 mod consumer;
+mod lag;
 mod offsets;
 mod poll;
 mod rebalance;
@@ -143,6 +144,8 @@ pub struct KafkaProvider {
     admin: AdminClient<Quiet>,
     /// Queues whose topic is known to exist.
     prepared: Mutex<HashSet<String>>,
+    /// Reads the processing group's lag for the metrics.
+    lag: lag::LagReader,
 }
 
 impl KafkaProvider {
@@ -158,6 +161,7 @@ impl KafkaProvider {
                 .map_err(error)?,
             settings,
             prepared: Mutex::new(HashSet::new()),
+            lag: lag::LagReader::default(),
         })
     }
 
@@ -237,6 +241,11 @@ impl Provider for KafkaProvider {
 
     fn capabilities(&self) -> Capabilities {
         self.settings.capabilities()
+    }
+
+    async fn lag(&self, queue: &str) -> Result<Option<u64>, ProviderError> {
+        let topic = self.settings.topic(queue);
+        Ok(Some(self.lag.lag(&self.settings, topic).await?))
     }
 
     async fn prepare(&self, queues: &[String]) -> Result<(), ProviderError> {

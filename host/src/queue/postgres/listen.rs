@@ -1,4 +1,5 @@
-//! Receiving `wharf_ready` notifications and waking the processors of that queue.
+//! Receiving notifications on a channel (`wharf_ready`: a queue has a ready message;
+//! `wharf_handlers`: a handler's current version changed) and passing their payloads on.
 
 use std::time::Duration;
 
@@ -7,12 +8,12 @@ use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::queue::WakeFn;
-use crate::queue::notify::READY_CHANNEL;
 
-/// Forward `wharf_ready` notifications to `wake` until shutdown, reconnecting after
-/// connection loss (logged once per outage).
-pub(in crate::queue) async fn listen_for_ready(
+/// Forward the notifications of `channel` to `wake` (`None`: some may have been missed, after
+/// a reconnect) until shutdown, reconnecting after connection loss (logged once per outage).
+pub(in crate::queue) async fn listen_on(
     pool: PgPool,
+    channel: &'static str,
     wake: WakeFn,
     shutdown: CancellationToken,
 ) {
@@ -20,7 +21,7 @@ pub(in crate::queue) async fn listen_for_ready(
     while !shutdown.is_cancelled() {
         let listener = async {
             let mut listener = PgListener::connect_with(&pool).await?;
-            listener.listen(READY_CHANNEL).await?;
+            listener.listen(channel).await?;
             Ok::<_, sqlx::Error>(listener)
         };
         let mut listener = match listener.await {
@@ -28,7 +29,7 @@ pub(in crate::queue) async fn listen_for_ready(
             Err(e) => {
                 if !failing {
                     tracing::error!(
-                        "cannot listen for enqueue notifications (falling back to polling, retrying): {e}"
+                        "cannot listen for notifications on `{channel}` (falling back to polling, retrying): {e}"
                     );
                     failing = true;
                 }
@@ -39,7 +40,7 @@ pub(in crate::queue) async fn listen_for_ready(
             }
         };
         if std::mem::take(&mut failing) {
-            tracing::info!("listening for enqueue notifications again");
+            tracing::info!("listening for notifications on `{channel}` again");
         }
         // Notifications may have been missed while disconnected: wake everyone once.
         wake(None);
@@ -50,7 +51,7 @@ pub(in crate::queue) async fn listen_for_ready(
                     Ok(Some(note)) => wake(Some(note.payload())),
                     Ok(None) => { wake(None); }
                     Err(e) => {
-                        tracing::error!("enqueue notifications interrupted, reconnecting: {e}");
+                        tracing::error!("notifications on `{channel}` interrupted, reconnecting: {e}");
                         failing = true;
                         break;
                     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 pub(super) use self::enqueue::{insert_new, lock_ids};
-pub(super) use self::listen::listen_for_ready;
+pub(super) use self::listen::listen_on;
 pub(super) use self::settle::complete;
 pub(super) use self::upkeep::Upkeep;
 pub use self::upkeep::VACUUM_AFTER_LEASES;
