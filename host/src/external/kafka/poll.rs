@@ -97,11 +97,11 @@ fn fetched(m: &BorrowedMessage<'_>) -> Fetched {
 
 /// The poll thread's loop, until the consumer closes.
 pub(super) fn poll_loop(consumer: BaseConsumer<Context>, shared: Arc<Shared>) {
-    let mut paused: Option<u64> = None;
+    let mut flow_state = Flow::default();
     let mut last_check = Instant::now();
     while !shared.closing.load(Ordering::Acquire) {
         wait_for_room(&shared);
-        flow(&consumer, &shared, &mut paused);
+        flow(&consumer, &shared, &mut flow_state);
         let mut chunk = Vec::new();
         let mut wait = POLL;
         while chunk.len() < CHUNK {
@@ -152,12 +152,24 @@ fn wait_for_room(shared: &Shared) {
     }
 }
 
+/// Whether the poll thread paused its partitions, and for which assignment it last made
+/// sure they fetch.
+#[derive(Default)]
+struct Flow {
+    /// Paused, at this count of assignments.
+    paused: Option<u64>,
+    /// The count of assignments when the partitions were last resumed.
+    resumed: u64,
+}
+
 /// Pause the partitions while the host is shutting down, or while the buffer is far over its
 /// size (the host stopped taking messages: a handler hangs, or none is deployed); resume
-/// once it is back under it.
-fn flow(consumer: &BaseConsumer<Context>, shared: &Shared, paused: &mut Option<u64>) {
+/// once it is back under it. A partition revoked while paused and assigned again keeps the
+/// pause librdkafka recorded (it would never fetch again), so every new assignment that
+/// should flow is resumed once.
+fn flow(consumer: &BaseConsumer<Context>, shared: &Shared, state: &mut Flow) {
     let buffered = shared.buffer.lock().expect("buffer").len();
-    let limit = if paused.is_some() {
+    let limit = if state.paused.is_some() {
         shared.cap
     } else {
         shared.cap * 4
@@ -167,15 +179,20 @@ fn flow(consumer: &BaseConsumer<Context>, shared: &Shared, paused: &mut Option<u
     let Ok(assignment) = consumer.assignment() else {
         return;
     };
-    match (*paused, want) {
+    match (state.paused, want) {
         (Some(g), true) if g == generations => {}
         (_, true) => {
             let _ = consumer.pause(&assignment);
-            *paused = Some(generations);
+            state.paused = Some(generations);
         }
         (Some(_), false) => {
             let _ = consumer.resume(&assignment);
-            *paused = None;
+            state.paused = None;
+            state.resumed = generations;
+        }
+        (None, false) if state.resumed != generations => {
+            let _ = consumer.resume(&assignment);
+            state.resumed = generations;
         }
         (None, false) => {}
     }
