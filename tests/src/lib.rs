@@ -507,6 +507,30 @@ pub async fn scrape(host: &RunningHost) -> std::collections::BTreeMap<String, f6
         .collect()
 }
 
+/// Queue `queue` as `GET /api/v1/queues` of the host shows it (a host without an admin
+/// token).
+pub async fn queue_info(host: &RunningHost, queue: &str) -> serde_json::Value {
+    let url = format!("http://{}/api/v1/queues", host.admin_addr);
+    let queues: serde_json::Value = tokio::task::spawn_blocking(move || {
+        let text = ureq::get(&url)
+            .call()
+            .expect("GET /api/v1/queues")
+            .into_body()
+            .read_to_string()
+            .expect("the queues");
+        serde_json::from_str(&text).expect("JSON")
+    })
+    .await
+    .unwrap();
+    queues
+        .as_array()
+        .expect("a list of queues")
+        .iter()
+        .find(|q| q["name"] == queue)
+        .unwrap_or_else(|| panic!("no queue {queue} in {queues}"))
+        .clone()
+}
+
 /// The replies in `replies`, as the attempts that sent them (the echo's `attempt`), by the
 /// `n` they echo.
 pub async fn replies_by_n(host: &RunningHost) -> std::collections::BTreeMap<i64, Vec<i64>> {

@@ -483,29 +483,7 @@ async fn the_processing_groups_lag_is_sampled() {
             .await
             .unwrap();
     }
-    let lag_of = || async {
-        let url = format!("http://{}/api/v1/queues", host.admin_addr);
-        let queues: serde_json::Value = tokio::task::spawn_blocking(move || {
-            serde_json::from_str(
-                &ureq::get(&url)
-                    .call()
-                    .unwrap()
-                    .into_body()
-                    .read_to_string()
-                    .unwrap(),
-            )
-            .unwrap()
-        })
-        .await
-        .unwrap();
-        queues
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|q| q["name"] == "export_order")
-            .unwrap()["lag"]
-            .as_u64()
-    };
+    let lag_of = || async { wharf_tests::queue_info(&host, "export_order").await["lag"].as_u64() };
     wait_for(T, "a lag of 20 while the handler is missing", || async {
         (lag_of().await == Some(20)).then_some(())
     })

@@ -226,26 +226,7 @@ async fn the_oldest_ready_message_age_is_sampled() {
         age <= enqueued_at.elapsed().as_secs_f64() + 0.1,
         "{age} s is longer than the message has existed"
     );
-    let url = format!("http://{}/api/v1/queues", host.admin_addr);
-    let queues: serde_json::Value = tokio::task::spawn_blocking(move || {
-        serde_json::from_str(
-            &ureq::get(&url)
-                .call()
-                .unwrap()
-                .into_body()
-                .read_to_string()
-                .unwrap(),
-        )
-        .unwrap()
-    })
-    .await
-    .unwrap();
-    let waiting = queues
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|q| q["name"] == "waiting")
-        .unwrap();
+    let waiting = wharf_tests::queue_info(&host, "waiting").await;
     let api_age = waiting["oldest_ready_age_ms"].as_i64().unwrap();
     assert!(api_age >= 1000, "{waiting}");
     assert!(waiting["lag"].is_null(), "{waiting}");
