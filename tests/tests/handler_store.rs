@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use wharf_host::queue::{QueueStore, ServedVersion};
+use wharf_host::queue::{QueueStore, ServedVersion, Status};
 use wharf_host::{Config, RunningHost};
 use wharf_tests::{Lang, PgSchema, TestDir, database_url, guest, messages, msg, wait_for};
 
@@ -39,6 +39,17 @@ fn deploy(dir: &TestDir, file: &std::path::Path) -> (bool, String) {
     let file = file.display().to_string();
     let (ok, out, err) = dir.wharf(&["handlers", "deploy", &file, "--name", "versioned"]);
     (ok, format!("{out}{err}"))
+}
+
+/// Messages of `work` processed so far.
+async fn processed(store: &Arc<dyn QueueStore>) -> u64 {
+    store
+        .counts("work")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|(s, _)| *s == Status::Processed)
+        .map_or(0, |(_, n)| n)
 }
 
 fn serving_version(host: &RunningHost) -> Option<i64> {
@@ -125,7 +136,8 @@ async fn a_deploy_reaches_every_host_under_load_and_a_rollback_too() {
     }
     let store: Arc<dyn QueueStore> = hosts[0].store.clone();
 
-    // Load: 100 messages every 20 ms from another task until told to stop.
+    // Load from another task until told to stop: 100 messages at a time, the next once all
+    // but the last hundred are processed (a steady backlog, whatever the machine's speed).
     let sent = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let producer = tokio::spawn({
@@ -140,7 +152,12 @@ async fn a_deploy_reaches_every_host_under_load_and_a_rollback_too() {
                     .enqueue_many("work", batch, false)
                     .await
                     .expect("enqueue");
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                wait_for(
+                    Duration::from_secs(30),
+                    "the backlog worked down",
+                    || async { (processed(&store).await + 100 >= start + 100).then_some(()) },
+                )
+                .await;
             }
         }
     });

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -14,6 +13,9 @@ use wharf_host::queue::{MessageFilter, QueueStore, Status};
 use wharf_tests::{PgSchema, TestDir, WharfProcess, database_url, msg, spawn_wharf, wait_for};
 
 const N: u64 = 20_000;
+
+/// Messages sent before each of the three stops, and after the last restart.
+const PART: u64 = N / 4;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -98,32 +100,24 @@ async fn a_rolling_restart_of_three_hosts_loses_nothing() {
         wait_ready(*port).await;
     }
 
-    // 20,000 messages over about ten seconds.
-    let sent = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let producer = tokio::spawn({
-        let (store, sent, done) = (store.clone(), sent.clone(), done.clone());
+    // 20,000 messages in four parts: one before each stop, the last after the restarts, so
+    // every restart happens while messages arrive and run.
+    let enqueue_part = |part: u64| {
+        let store = store.clone();
         async move {
-            while sent.load(Ordering::SeqCst) < N {
-                let from = sent.load(Ordering::SeqCst);
-                let batch: Vec<_> = (from..(from + 200).min(N))
-                    .map(|n| msg(json!({"n": n, "reply_to": "replies", "send_now": true})))
-                    .collect();
-                let len = batch.len() as u64;
-                store.enqueue_many("work", batch, false).await.unwrap();
-                sent.fetch_add(len, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            done.store(true, Ordering::SeqCst);
+            let messages: Vec<_> = (part * PART..(part + 1) * PART)
+                .map(|n| msg(json!({"n": n, "reply_to": "replies", "send_now": true})))
+                .collect();
+            store.enqueue_many("work", messages, false).await.unwrap();
         }
-    });
+    };
 
     // One host at a time: stopped (SIGTERM, waited for), started again, ready, then the next.
     let mut in_flight_at_stops = 0;
     for (i, dir) in dirs.iter().enumerate() {
+        enqueue_part(i as u64).await;
         wait_for(Duration::from_secs(30), "work under way", || async {
-            (count(&store, Status::Processing).await > 0 || done.load(Ordering::SeqCst))
-                .then_some(())
+            (count(&store, Status::Processing).await > 0).then_some(())
         })
         .await;
         in_flight_at_stops += count(&store, Status::Processing).await;
@@ -140,11 +134,7 @@ async fn a_rolling_restart_of_three_hosts_loses_nothing() {
         hosts[i] = Some(spawn_wharf(dir.dir.path()));
         wait_ready(ports[i]).await;
     }
-    assert!(
-        !done.load(Ordering::SeqCst),
-        "the restarts ended after the last message was sent: make the load longer"
-    );
-    producer.await.unwrap();
+    enqueue_part(3).await;
 
     wait_for(
         Duration::from_secs(120),
@@ -199,7 +189,7 @@ async fn a_rolling_restart_of_three_hosts_on_kafka_loses_nothing() {
     }
     let topic = format!("{prefix}work");
     // The topic made first, with its partitions (the test broker hands a new topic's
-    // partitions to a group only once it holds messages): the publisher starts before the hosts.
+    // partitions to a group only once it holds messages): the first part is published before the hosts start.
     let providers = wharf_host::external::Providers::open(
         &wharf_host::Config::load(&dirs[0].path("wharf.toml")).unwrap(),
     )
@@ -215,38 +205,9 @@ async fn a_rolling_restart_of_three_hosts_on_kafka_loses_nothing() {
         .set("bootstrap.servers", &brokers)
         .create()
         .unwrap();
-    let publisher = tokio::spawn(async move {
-        for chunk in 0..N / 1000 {
-            let sends: Vec<_> = (chunk * 1000..(chunk + 1) * 1000)
-                .map(|n| {
-                    let (producer, topic) = (producer.clone(), topic.clone());
-                    async move {
-                        let key = format!("m-{n}");
-                        let payload =
-                            json!({"n": n, "reply_to": "replies", "send_now": true, "sleep_ms": 5});
-                        let body = wharf_host::external::Envelope::new(
-                            payload.to_string(),
-                            Some(key.clone()),
-                            0,
-                        )
-                        .to_json();
-                        producer
-                            .send(
-                                rdkafka::producer::FutureRecord::to(&topic)
-                                    .key(&key)
-                                    .payload(&body),
-                                Duration::from_secs(30),
-                            )
-                            .await
-                            .map_err(|(e, _)| e)
-                            .unwrap();
-                    }
-                })
-                .collect();
-            futures_util::future::join_all(sends).await;
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    });
+    // The first part before the hosts start, then one before each further stop and the last
+    // after the restarts, so every restart happens while messages arrive and run.
+    publish_part(&producer, &topic, 0).await;
     let mut hosts: Vec<Option<WharfProcess>> = dirs
         .iter()
         .map(|d| Some(spawn_wharf(d.dir.path())))
@@ -255,12 +216,15 @@ async fn a_rolling_restart_of_three_hosts_on_kafka_loses_nothing() {
         wait_ready(*port).await;
     }
     for (i, dir) in dirs.iter().enumerate() {
+        if i > 0 {
+            publish_part(&producer, &topic, i as u64).await;
+        }
         wait_for(
             Duration::from_secs(120),
             &format!("echoes before stop {i}"),
             || async {
                 let seen = runs(&store).await.len() as u64;
-                (seen > (i as u64 + 1) * 1000).then_some(())
+                (seen > i as u64 * PART + 500).then_some(())
             },
         )
         .await;
@@ -280,12 +244,7 @@ async fn a_rolling_restart_of_three_hosts_on_kafka_loses_nothing() {
         )
         .await;
     }
-    let seen_after_restarts = runs(&store).await.len() as u64;
-    assert!(
-        seen_after_restarts < N,
-        "every message was done before the restarts ended: make the load longer"
-    );
-    publisher.await.unwrap();
+    publish_part(&producer, &topic, 3).await;
     let all = wait_for(Duration::from_secs(180), "every message echoed", || async {
         let runs = runs(&store).await;
         (runs.len() as u64 == N).then_some(runs)
@@ -308,4 +267,29 @@ fn assignments(dir: &TestDir) -> usize {
         .unwrap_or_default()
         .matches("kafka partitions assigned")
         .count()
+}
+
+/// Publish part `part` of the messages ([`PART`] of them) to `topic`, keyed by MessageId, as
+/// a plain producer would.
+async fn publish_part(producer: &rdkafka::producer::FutureProducer, topic: &str, part: u64) {
+    let sends: Vec<_> = (part * PART..(part + 1) * PART)
+        .map(|n| async move {
+            let key = format!("m-{n}");
+            let payload = json!({"n": n, "reply_to": "replies", "send_now": true, "sleep_ms": 5});
+            let body =
+                wharf_host::external::Envelope::new(payload.to_string(), Some(key.clone()), 0)
+                    .to_json();
+            producer
+                .send(
+                    rdkafka::producer::FutureRecord::to(topic)
+                        .key(&key)
+                        .payload(&body),
+                    Duration::from_secs(30),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+        })
+        .collect();
+    futures_util::future::join_all(sends).await;
 }
