@@ -203,6 +203,11 @@ await step("handlers and the deploy log, with the rejected file's reason", async
   await page.waitForSelector("tr[data-deploy=rejected]", timeout);
   report.rejectedReason = await page.textContent("tr[data-deploy=rejected] td.error");
   report.deployTimes = (await times("tr[data-deploy]")).map((t) => t.text);
+  // The shared store's tables: the current version and which host serves which.
+  await page.waitForSelector("tr[data-current=archive]", timeout);
+  report.storeCurrent = await page.$$eval("tr[data-current] td", (tds) => tds.map((td) => td.textContent));
+  report.storeServed = await page.$$eval("tr[data-served]", (rows) =>
+    rows.map((r) => [...r.querySelectorAll("td")].slice(1).map((td) => td.textContent)));
   await shot("07-handlers");
 });
 

@@ -2,8 +2,8 @@
 //! `cargo xtask test`): an operator opens it, is asked for the admin token, sees the queue's
 //! counts and health, lists the failed messages with their errors, retries one, deletes one,
 //! opens one with its payload and history, replays it against an uploaded candidate, looks at
-//! the handlers and the deploy log, and settles the handoff that blocks a session. Along the
-//! way it checks what a user reads: a message processed after a failed attempt shows that
+//! the handlers, the deploy log and the shared store's versions, and settles the handoff that
+//! blocks a session. Along the way it checks what a user reads: a message processed after a failed attempt shows that
 //! error as an earlier attempt's (grey), not as its state, and offers no Retry; each status
 //! offers only the actions that make sense; a message opened from the Failed list keeps that
 //! tab highlighted; dates are ISO 8601 in UTC (the CLI's format) with their age, in a browser
@@ -16,7 +16,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wharf_host::queue::{NewMessage, Status};
+use sha2::Digest as _;
+use wharf_host::queue::{NewMessage, ServedVersion, Status};
 use wharf_tests::{TestDir, wait_for, wait_status};
 
 const T: Duration = Duration::from_secs(30);
@@ -134,6 +135,32 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
         out
     };
 
+    // The shared store holds a version another host serves and a third rejected: the
+    // Handlers page shows both tables.
+    let stored = std::fs::read(wharf_tests::guest("noop")).unwrap();
+    let sha: String = sha2::Sha256::digest(&stored)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    host.store
+        .handler_deploy("archive", &stored, &sha)
+        .await
+        .unwrap();
+    for (replica, result, error) in [
+        ("replica-2", "serving", None),
+        ("replica-3", "rejected", Some("over the memory cap")),
+    ] {
+        let served = ServedVersion {
+            host: replica.into(),
+            name: "archive".into(),
+            version: 1,
+            since_ms: wharf_host::queue::now_ms(),
+            result: result.into(),
+            error: error.map(String::from),
+        };
+        host.store.handler_record(&served).await.unwrap();
+    }
+
     let shots = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots/dashboard");
     let out = tokio::process::Command::new("node")
         .arg(browser_dir().join("dashboard.mjs"))
@@ -153,6 +180,25 @@ async fn an_operator_inspects_retries_deletes_and_replays_from_the_dashboard() {
     let report: Value = serde_json::from_slice(&out.stdout).expect("the script's JSON report");
     assert_eq!(report["problems"], json!([]), "{report}");
     assert_eq!(report["steps"].as_array().unwrap().len(), 14, "{report}");
+    assert_eq!(
+        report["storeCurrent"],
+        json!(["archive", "1", &sha[..16]]),
+        "{report}"
+    );
+    assert_eq!(
+        report["storeServed"],
+        json!([
+            [
+                "replica-3",
+                "archive",
+                "1",
+                "rejected",
+                "over the memory cap"
+            ],
+            ["replica-2", "archive", "1", "serving", ""]
+        ]),
+        "newest first: {report}"
+    );
 
     // The schedules view: the schedule's row with the host that claimed its last tick (this
     // one, alive), no more ticks than the store has now, and its next and last tick as times.

@@ -459,9 +459,10 @@ async fn an_existing_topic_with_other_partitions_is_named_at_start() {
     assert_eq!(text.matches(&expected).count(), 1, "{text}");
 }
 
-/// The autoscaling signal of a Kafka queue: its processing group's lag, in the metrics and
-/// `GET /api/v1/queues`. Messages published while the handler is not deployed wait in the
-/// topic (the lag counts them); once it is, they are processed and the lag returns to 0.
+/// The autoscaling signals of a Kafka queue: its processing group's lag and the age of the
+/// oldest message it has not committed, in the metrics and `GET /api/v1/queues`. Messages
+/// published while the handler is not deployed wait in the topic (the lag counts them, the
+/// age grows); once it is, they are processed and the lag returns to 0, the age to none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_processing_groups_lag_is_sampled() {
     let s = settings(2);
@@ -470,6 +471,7 @@ async fn the_processing_groups_lag_is_sampled() {
     let host = wharf_host::start(wharf_host::Config::load(&path).unwrap())
         .await
         .unwrap();
+    let published = std::time::Instant::now();
     for n in 0..20 {
         host.router
             .enqueue(
@@ -490,6 +492,20 @@ async fn the_processing_groups_lag_is_sampled() {
     .await;
     let series = "wharf_external_lag_messages{queue=\"export_order\",provider=\"kafka\"}";
     assert_eq!(wharf_tests::scrape(&host).await.get(series), Some(&20.0));
+    // The oldest waiting message's age: its record's timestamp, growing while it waits, and
+    // never more than the time since it was published.
+    let age_of = || async {
+        wharf_tests::queue_info(&host, "export_order").await["oldest_ready_age_ms"].as_i64()
+    };
+    let age = wait_for(T, "the oldest waiting message's age past 1.5 s", || async {
+        age_of().await.filter(|&ms| ms >= 1500)
+    })
+    .await;
+    let most = published.elapsed().as_millis() as i64 + 50;
+    assert!(age <= most, "an age of {age} ms, published {most} ms ago");
+    let series = "wharf_queue_oldest_ready_seconds{queue=\"export_order\"}";
+    let seconds = wharf_tests::scrape(&host).await[series];
+    assert!(seconds >= 1.5, "the metric says {seconds} s");
     dir.deploy("flaky", "flaky");
     wait_for(T, "twenty replies", || async {
         (done(&host).await.len() == 20).then_some(())
@@ -497,6 +513,10 @@ async fn the_processing_groups_lag_is_sampled() {
     .await;
     wait_for(T, "the lag back to 0", || async {
         (lag_of().await == Some(0)).then_some(())
+    })
+    .await;
+    wait_for(T, "no waiting message, no age", || async {
+        age_of().await.is_none().then_some(())
     })
     .await;
     host.shutdown().await;

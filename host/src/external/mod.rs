@@ -38,7 +38,7 @@ pub use envelope::{Envelope, EnvelopeError};
 pub use health::{ProviderHealth, run_probe};
 pub use provider::{
     Capabilities, Consumer, ConsumerSettings, CountKind, Delivery, DeliveryCount, Depth, ErrorKind,
-    Handle, Nack, Provider, ProviderError, PublishOptions,
+    Handle, Lag, Nack, Provider, ProviderError, PublishOptions,
 };
 pub use providers::Providers;
 pub use reconcile::{ReconciledQueue, run_reconciliation};

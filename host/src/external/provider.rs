@@ -314,6 +314,16 @@ pub struct Depth {
     pub in_flight: u64,
 }
 
+/// What a log-based broker's processing group has not committed yet on a queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// Messages past the group's committed position.
+    pub messages: u64,
+    /// When the oldest of them was written (ms since the Unix epoch): the record timestamp
+    /// at the committed position; `None` with no lag or when the broker did not say.
+    pub oldest_ms: Option<i64>,
+}
+
 /// One configured external provider.
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
@@ -357,9 +367,10 @@ pub trait Provider: Send + Sync + 'static {
         ))
     }
 
-    /// The processing group's lag on `queue` (messages past its committed position), for a
-    /// log-based broker; `None` where the broker has no such thing.
-    async fn lag(&self, queue: &str) -> Result<Option<u64>, ProviderError> {
+    /// The processing group's lag on `queue` (messages past its committed position, and
+    /// when the oldest of them was written), for a log-based broker; `None` where the
+    /// broker has no such thing.
+    async fn lag(&self, queue: &str) -> Result<Option<Lag>, ProviderError> {
         let _ = queue;
         Ok(None)
     }

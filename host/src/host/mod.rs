@@ -294,16 +294,23 @@ fn start_handlers(
             store.clone(),
             config.host.host_id(),
         ));
+        let (synced, first_sync) = tokio::sync::oneshot::channel();
         let initial_load = tokio::spawn({
-            let (registry, deploys, shutdown) =
-                (registry.clone(), deploys.clone(), shutdown.clone());
+            let (registry, deploys) = (registry.clone(), deploys.clone());
             async move {
                 let loaded = deploys.sync().await;
                 registry.set_loading(false);
-                deploys.follow(shutdown);
+                let _ = synced.send(());
                 loaded
             }
         });
+        // Following starts once the first sync is done, and ends with the host.
+        let shutdown = shutdown.clone();
+        background.push(tokio::spawn(async move {
+            if first_sync.await.is_ok() {
+                let _ = deploys.follow(shutdown).await;
+            }
+        }));
         return Ok((registry, initial_load));
     }
     let dir = &config.host.handlers_dir;

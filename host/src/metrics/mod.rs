@@ -22,7 +22,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::external::Provider;
+use crate::external::{Lag, Provider};
 use crate::health::HealthRegistry;
 use crate::queue::QueueStore;
 
@@ -336,12 +336,13 @@ async fn sample(sampled: &Sampled, seen: &mut HashMap<String, BTreeSet<String>>)
                 });
             }
         }
-        let oldest_ready = oldest_ready(sampled, queue, at_ms).await;
         let mut lag = None;
         if let Some((name, provider)) = external {
             lag = external_lag(queue, name, provider.as_ref()).await;
         }
-        counts::record_waiting(queue, oldest_ready, lag);
+        let broker_oldest = lag.and_then(|l| l.oldest_ms);
+        let oldest_ready = oldest_ready(sampled, queue, broker_oldest, at_ms).await;
+        counts::record_waiting(queue, oldest_ready, lag.map(|l| l.messages));
         if let Some((name, provider)) = external {
             // An external queue's depth is what its provider holds plus what moved into SQL;
             // unknown when the provider cannot tell.
@@ -396,16 +397,26 @@ async fn outbox(sampled: &Sampled) {
     }
 }
 
-/// Sample how long the oldest ready message of the SQL queue has waited into
-/// `wharf_queue_oldest_ready_seconds` (0 when none is ready); its ready time.
-async fn oldest_ready(sampled: &Sampled, queue: &str, now: i64) -> Option<i64> {
-    let oldest = match tokio::time::timeout(SAMPLE_TIMEOUT, sampled.store.oldest_ready(queue)).await
-    {
+/// Sample how long the oldest ready message of the queue has waited into
+/// `wharf_queue_oldest_ready_seconds` (0 when none is ready): the SQL queue's, or the
+/// broker's (`broker`: when the oldest message its processing group has not committed was
+/// written) when that is older; its ready time.
+async fn oldest_ready(
+    sampled: &Sampled,
+    queue: &str,
+    broker: Option<i64>,
+    now: i64,
+) -> Option<i64> {
+    let sql = match tokio::time::timeout(SAMPLE_TIMEOUT, sampled.store.oldest_ready(queue)).await {
         Ok(Ok(oldest)) => oldest,
         _ => {
             tracing::debug!(%queue, "sampling the oldest ready message failed");
             return None;
         }
+    };
+    let oldest = match (sql, broker) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     };
     let age = oldest.map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0);
     metrics::gauge!("wharf_queue_oldest_ready_seconds", "queue" => queue.to_string()).set(age);
@@ -414,11 +425,11 @@ async fn oldest_ready(sampled: &Sampled, queue: &str, now: i64) -> Option<i64> {
 
 /// Sample a Kafka queue's processing-group lag into `wharf_external_lag_messages` (a provider
 /// that has no lag: nothing).
-async fn external_lag(queue: &str, name: &str, provider: &dyn Provider) -> Option<u64> {
+async fn external_lag(queue: &str, name: &str, provider: &dyn Provider) -> Option<Lag> {
     match tokio::time::timeout(SAMPLE_TIMEOUT, provider.lag(queue)).await {
         Ok(Ok(Some(lag))) => {
             metrics::gauge!("wharf_external_lag_messages", "queue" => queue.to_string(), "provider" => name.to_string())
-                .set(lag as f64);
+                .set(lag.messages as f64);
             Some(lag)
         }
         Ok(Ok(None)) => None,

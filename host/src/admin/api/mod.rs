@@ -107,8 +107,10 @@ pub struct QueueInfo {
     /// its broker: how many, since when, and the last publication error.
     #[serde(default)]
     pub outbox: Option<crate::queue::OutboxBacklog>,
-    /// When counted: how long the oldest ready message of the SQL queue had waited since it
-    /// became ready (ms; `null` when none was ready) — an autoscaling signal.
+    /// When counted: how long the oldest ready message of the queue had waited since it
+    /// became ready (ms; `null` when none was ready) — an autoscaling signal. The SQL
+    /// queue's, or for a Kafka queue the oldest record its processing group has not
+    /// committed, when that is older.
     #[serde(default)]
     pub oldest_ready_age_ms: Option<i64>,
     /// When counted, for a Kafka queue: its processing group's lag (messages past the

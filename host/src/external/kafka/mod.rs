@@ -52,7 +52,7 @@ pub use offsets::Tracker;
 pub use settings::{KafkaKind, KafkaSettings, Property};
 
 use super::{
-    Capabilities, Consumer, ConsumerSettings, Envelope, ErrorKind, Provider, ProviderError,
+    Capabilities, Consumer, ConsumerSettings, Envelope, ErrorKind, Lag, Provider, ProviderError,
     PublishOptions, ReadinessBridge,
 };
 use crate::queue::EnqueueStatus;
@@ -243,7 +243,7 @@ impl Provider for KafkaProvider {
         self.settings.capabilities()
     }
 
-    async fn lag(&self, queue: &str) -> Result<Option<u64>, ProviderError> {
+    async fn lag(&self, queue: &str) -> Result<Option<Lag>, ProviderError> {
         let topic = self.settings.topic(queue);
         Ok(Some(self.lag.lag(&self.settings, topic).await?))
     }
