@@ -1,11 +1,11 @@
 //! The processing consumer of one RabbitMQ queue: deliveries pushed by the broker (up to
 //! the prefetch) are buffered by the session and handed out by `receive`; `ack` and `nack`
-//! go to the channel they came from. After the session broke, its deliveries are back in the
-//! queue, so their handles report the lock as lost.
+//! go to the channel they came from, a batch of acknowledgements in as few frames as the
+//! unsettled deliveries allow ([`super::acks`]). After the session broke, its deliveries are
+//! back in the queue, so their handles report the lock as lost.
 
 use async_trait::async_trait;
 use lapin::message::Delivery as AmqpDelivery;
-use lapin::options::{BasicAckOptions, BasicNackOptions};
 use lapin::types::AMQPValue;
 
 use super::session::Subscriber;
@@ -40,7 +40,8 @@ impl RabbitConsumer {
                 format!("wharf {provider} {queue}"),
                 vec![names.processing],
                 prefetch,
-            ),
+            )
+            .settling_each(),
             queue_type: settings.queue_type,
         }
     }
@@ -165,25 +166,22 @@ impl Consumer for RabbitConsumer {
         let Some(session) = self.subscriber.current() else {
             return Ok(vec![false; handles.len()]);
         };
-        let acks = tags.into_iter().map(|tag| {
-            let tag = *tag;
-            let channel = session.channel.clone();
-            let generation = session.generation;
-            async move {
-                match tag {
-                    t if t.generation == generation => channel
-                        .basic_ack(t.tag, BasicAckOptions::default())
-                        .await
-                        .map(|()| true),
-                    _ => Ok(false),
-                }
-            }
-        });
-        futures_util::future::join_all(acks)
+        // Tags of an earlier session: the broker already took those messages back.
+        let current: Vec<bool> = tags
+            .iter()
+            .map(|t| t.generation == session.generation)
+            .collect();
+        let acked: Vec<u64> = tags
+            .iter()
+            .filter(|t| t.generation == session.generation)
+            .map(|t| t.tag)
+            .collect();
+        let unsettled = session.unsettled.as_ref().expect("a consumer's session");
+        unsettled
+            .ack(&session.channel, &acked)
             .await
-            .into_iter()
-            .map(|r| r.map_err(error))
-            .collect()
+            .map_err(error)?;
+        Ok(current)
     }
 
     async fn nack(&self, handles: &[Handle], nack: Nack) -> Result<(), ProviderError> {
@@ -191,19 +189,15 @@ impl Consumer for RabbitConsumer {
         let Some(session) = self.subscriber.current() else {
             return Ok(()); // the broker already took them back
         };
-        let options = BasicNackOptions {
-            multiple: false,
-            requeue: nack.requeue,
-        };
-        for tag in tags {
-            if tag.generation == session.generation {
-                session
-                    .channel
-                    .basic_nack(tag.tag, options)
-                    .await
-                    .map_err(error)?;
-            }
-        }
-        Ok(())
+        let rejected: Vec<u64> = tags
+            .iter()
+            .filter(|t| t.generation == session.generation)
+            .map(|t| t.tag)
+            .collect();
+        let unsettled = session.unsettled.as_ref().expect("a consumer's session");
+        unsettled
+            .nack(&session.channel, &rejected, nack.requeue)
+            .await
+            .map_err(error)
     }
 }

@@ -14,6 +14,7 @@
 //! replacement or idempotency; delivery count: `x-delivery-count` on quorum queues, only the
 //! redelivered flag on classic queues (the host counts, durably); depth by passive declare.
 
+mod acks;
 mod bridge;
 mod consumer;
 mod session;

@@ -39,6 +39,8 @@ pub(super) struct Session {
     stopping: AtomicBool,
     /// Consumers still pumping.
     pumping: AtomicU64,
+    /// The deliveries not settled yet, for a session that settles each (one consumer).
+    pub unsettled: Option<super::acks::Unsettled>,
 }
 
 impl Session {
@@ -113,6 +115,8 @@ pub(super) struct Subscriber {
     /// Held while a session is being opened.
     opening: Mutex<()>,
     generations: AtomicU64,
+    /// Whether sessions note their unsettled deliveries ([`Subscriber::settling_each`]).
+    settles_each: bool,
 }
 
 impl Subscriber {
@@ -134,7 +138,16 @@ impl Subscriber {
             current: std::sync::Mutex::new(None),
             opening: Mutex::new(()),
             generations: AtomicU64::new(0),
+            settles_each: false,
         }
+    }
+
+    /// Sessions whose deliveries are each settled through [`Session::unsettled`] (a
+    /// consumer of one queue: its deliveries are pushed in tag order).
+    pub fn settling_each(mut self) -> Self {
+        debug_assert_eq!(self.queues.len(), 1, "one consumer per channel");
+        self.settles_each = self.queues.len() == 1;
+        self
     }
 
     /// The session now, if one is open and not broken.
@@ -207,6 +220,7 @@ impl Subscriber {
             tags: tags.clone(),
             stopping: AtomicBool::new(false),
             pumping: AtomicU64::new(self.queues.len() as u64),
+            unsettled: self.settles_each.then(super::acks::Unsettled::default),
         });
         for (index, queue) in self.queues.iter().enumerate() {
             let mut consumer = channel
@@ -227,6 +241,9 @@ impl Subscriber {
                     };
                     match next {
                         Some(Ok(delivery)) => {
+                            if let Some(unsettled) = &session.unsettled {
+                                unsettled.delivered(delivery.delivery_tag);
+                            }
                             session
                                 .buffer
                                 .lock()
