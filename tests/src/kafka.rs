@@ -49,6 +49,29 @@ pub async fn kafka_produce(brokers: &str, topic: &str, key: Option<&str>, body: 
         .expect("the broker takes the message");
 }
 
+/// Produce every `(key, body)` of `records` to `topic` through `producer`, all at once, as a
+/// plain producer would; returns when the broker has taken each.
+pub async fn kafka_produce_all(
+    producer: &FutureProducer,
+    topic: &str,
+    records: impl IntoIterator<Item = (String, Vec<u8>)>,
+) {
+    let sends: Vec<_> = records
+        .into_iter()
+        .map(|(key, body)| async move {
+            producer
+                .send(
+                    FutureRecord::to(topic).key(&key).payload(&body),
+                    Duration::from_secs(30),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .expect("the broker takes the message");
+        })
+        .collect();
+    futures_util::future::join_all(sends).await;
+}
+
 /// Reads back what a broker holds — partitions, partition ends, committed offsets, group
 /// members — with clients kept open between calls (a new client takes a while to connect).
 pub struct KafkaReader {

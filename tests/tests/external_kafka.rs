@@ -243,27 +243,8 @@ async fn two_hosts_split_the_partitions_and_one_killed_mid_load_loses_nothing() 
         (split.iter().all(|a| !a.is_empty()) && all.len() == 4).then_some(())
     })
     .await;
-    let sends: Vec<_> = (1..N)
-        .map(|n| {
-            let key = format!("order-{n}");
-            let body = envelope(n, json!({"sleep_ms": 4}));
-            let producer = producer.clone();
-            let topic = topic.clone();
-            async move {
-                producer
-                    .send(
-                        rdkafka::producer::FutureRecord::to(&topic)
-                            .key(&key)
-                            .payload(&body),
-                        Duration::from_secs(30),
-                    )
-                    .await
-                    .map_err(|(e, _)| e)
-                    .unwrap();
-            }
-        })
-        .collect();
-    futures_util::future::join_all(sends).await;
+    let records = (1..N).map(|n| (format!("order-{n}"), envelope(n, json!({"sleep_ms": 4}))));
+    wharf_tests::kafka::kafka_produce_all(&producer, &topic, records).await;
 
     let store = wharf_host::queue::open(&database_url(), Some(&schema.name), 2)
         .await

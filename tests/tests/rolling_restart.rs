@@ -272,24 +272,12 @@ fn assignments(dir: &TestDir) -> usize {
 /// Publish part `part` of the messages ([`PART`] of them) to `topic`, keyed by MessageId, as
 /// a plain producer would.
 async fn publish_part(producer: &rdkafka::producer::FutureProducer, topic: &str, part: u64) {
-    let sends: Vec<_> = (part * PART..(part + 1) * PART)
-        .map(|n| async move {
-            let key = format!("m-{n}");
-            let payload = json!({"n": n, "reply_to": "replies", "send_now": true, "sleep_ms": 5});
-            let body =
-                wharf_host::external::Envelope::new(payload.to_string(), Some(key.clone()), 0)
-                    .to_json();
-            producer
-                .send(
-                    rdkafka::producer::FutureRecord::to(topic)
-                        .key(&key)
-                        .payload(&body),
-                    Duration::from_secs(30),
-                )
-                .await
-                .map_err(|(e, _)| e)
-                .unwrap();
-        })
-        .collect();
-    futures_util::future::join_all(sends).await;
+    let records = (part * PART..(part + 1) * PART).map(|n| {
+        let key = format!("m-{n}");
+        let payload = json!({"n": n, "reply_to": "replies", "send_now": true, "sleep_ms": 5});
+        let body = wharf_host::external::Envelope::new(payload.to_string(), Some(key.clone()), 0)
+            .to_json();
+        (key, body.into_bytes())
+    });
+    wharf_tests::kafka::kafka_produce_all(producer, topic, records).await;
 }

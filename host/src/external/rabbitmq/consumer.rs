@@ -171,11 +171,7 @@ impl Consumer for RabbitConsumer {
             .iter()
             .map(|t| t.generation == session.generation)
             .collect();
-        let acked: Vec<u64> = tags
-            .iter()
-            .filter(|t| t.generation == session.generation)
-            .map(|t| t.tag)
-            .collect();
+        let acked = of_session(&tags, session.generation);
         let unsettled = session.unsettled.as_ref().expect("a consumer's session");
         unsettled
             .ack(&session.channel, &acked)
@@ -189,15 +185,19 @@ impl Consumer for RabbitConsumer {
         let Some(session) = self.subscriber.current() else {
             return Ok(()); // the broker already took them back
         };
-        let rejected: Vec<u64> = tags
-            .iter()
-            .filter(|t| t.generation == session.generation)
-            .map(|t| t.tag)
-            .collect();
+        let rejected = of_session(&tags, session.generation);
         let unsettled = session.unsettled.as_ref().expect("a consumer's session");
         unsettled
             .nack(&session.channel, &rejected, nack.requeue)
             .await
             .map_err(error)
     }
+}
+
+/// The delivery tags of `tags` that session `generation` handed out.
+fn of_session(tags: &[&Tag], generation: u64) -> Vec<u64> {
+    tags.iter()
+        .filter(|t| t.generation == generation)
+        .map(|t| t.tag)
+        .collect()
 }
